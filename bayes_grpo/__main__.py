@@ -1,0 +1,5 @@
+"""Allow ``python -m bayes_grpo``."""
+
+from bayes_grpo.cli import main
+
+raise SystemExit(main())
