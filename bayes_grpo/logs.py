@@ -471,7 +471,7 @@ def _read_sidecar(path: Path) -> dict:
 
 
 def _read_console(path: Path) -> tuple[pd.DataFrame, dict]:
-    return _parse_console(_read_text(path), path), {}
+    return _parse_console(_read_text(path), path)
 
 
 def _read_notebook(path: Path) -> tuple[pd.DataFrame, dict]:
@@ -494,9 +494,10 @@ def _read_notebook(path: Path) -> tuple[pd.DataFrame, dict]:
                     text_parts.append(_joined(text))
     tables = [t for part in html_parts for t in _html_tables(part)]
     frames = [f for f in (_table_frame(t) for t in tables) if f is not None]
+    text = "\n".join(text_parts)
     if frames:
-        return max(frames, key=len), {}
-    return _parse_console("\n".join(text_parts), path), {}
+        return max(frames, key=len), _banner_meta(text)
+    return _parse_console(text, path)
 
 
 def _joined(value: str | list) -> str:
@@ -506,9 +507,16 @@ def _joined(value: str | list) -> str:
 # ----------------------------------------------------- console / table parsing
 
 _DICT_RE = re.compile(r"\{[^{}]*\}")
+_TOTAL_STEPS_RE = re.compile(r"Total steps = ([\d,]+)")
 
 
-def _parse_console(text: str, path: Path) -> pd.DataFrame:
+def _banner_meta(text: str) -> dict:
+    """Planned steps from Unsloth's start-up banner ('Total steps = 250'), if printed."""
+    match = _TOTAL_STEPS_RE.search(text)
+    return {"total_steps": int(match.group(1).replace(",", ""))} if match else {}
+
+
+def _parse_console(text: str, path: Path) -> tuple[pd.DataFrame, dict]:
     """TRL's printed log dicts (one per logging step, step = order) or a text progress table."""
     dicts = []
     for match in _DICT_RE.finditer(text):
@@ -522,9 +530,9 @@ def _parse_console(text: str, path: Path) -> pd.DataFrame:
             dicts.append(value)
     table = _text_table(text)
     if table is not None and len(table) >= len(dicts):
-        return table
+        return table, _banner_meta(text)
     if dicts:
-        return pd.DataFrame.from_records(dicts)
+        return pd.DataFrame.from_records(dicts), _banner_meta(text)
     raise LogError(
         f"{path}: found no TRL log dicts ({{'loss': ..., 'reward': ...}}) and no progress table with "
         "'Step' and 'reward' columns; is this the training output?"
@@ -744,7 +752,7 @@ def _build(
         )
         frame = frame.loc[~duplicated]
     frame = frame.reset_index(drop=True)
-    for col in frame.columns[2:]:
+    for col in frame.columns.drop(["step", "reward"]):
         frame[col] = _maybe_numeric(frame[col])
     frame = frame[["step", "reward", *[c for c in frame.columns if c not in ("step", "reward")]]]
 
