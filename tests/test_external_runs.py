@@ -1,0 +1,47 @@
+"""All 37 real GRPO logs in ../shared/external_runs load with their metadata (never copied here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import bayes_grpo as bg
+
+EXTERNAL = Path(__file__).resolve().parents[2] / "shared" / "external_runs"
+RUNS = sorted((EXTERNAL / "runs").glob("*.csv"))
+
+pytestmark = pytest.mark.skipif(not RUNS, reason=f"external validation runs not found at {EXTERNAL}/runs")
+
+
+def test_there_are_37_runs():
+    assert len(RUNS) == 37
+
+
+@pytest.mark.parametrize("path", RUNS, ids=[p.stem for p in RUNS])
+def test_external_run_loads_with_metadata(path):
+    raw = pd.read_csv(path)
+    run = bg.read_log(path)
+    assert run.run_id == raw["run_id"].iloc[0] == path.stem
+    assert run.family == raw["family"].iloc[0] and run.params_b == pytest.approx(raw["params_b"].iloc[0])
+    planned = raw["total_steps"].dropna()
+    assert run.total_steps == (int(planned.iloc[0]) if len(planned) else None)
+    assert len(run) == len(raw) and list(run.steps) == list(raw["step"])
+    assert list(run.rewards) == pytest.approx(list(raw["reward"]))
+    components = [c for c in raw.columns if c.startswith("reward__")]
+    assert {f"rewards/{c[len('reward__'):]}" for c in components} <= set(run.table.columns)
+
+
+def test_summary_matches_sources_md():
+    """Start/end means (first/last 10%) reproduce the figures in SOURCES.md."""
+    run = bg.read_log(EXTERNAL / "runs" / "imjonezz_llama3.1-8b_gsm8k.csv")
+    k = len(run) // 10
+    assert round(run.rewards[:k].mean(), 3) == 0.183 and round(run.rewards[-k:].mean(), 3) == 1.446
+
+
+def test_load_runs_external_folder():
+    runs = bg.load_runs(EXTERNAL / "runs")
+    assert len(runs) == 37
+    ds = runs.to_xarray()
+    assert ds.reward.shape[0] == 37 and set(ds.family.values) >= {"qwen", "llama", "gemma", "phi"}
