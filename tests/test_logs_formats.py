@@ -176,3 +176,17 @@ def test_runlog_constructor_checks_invariants():
         RunLog("r", pd.DataFrame({"step": [2, 1], "reward": [0.0, 1.0]}), RunMetadata())
     with pytest.raises(bg.LogError, match="duplicate run_id"):
         RunSet([bg.read_log(pd.DataFrame({"reward": [1.0]}))] * 2)
+
+
+@pytest.mark.slow
+def test_fresh_grpotrainer_run_reads_back(tmp_path):
+    """Re-run the fixture generator with the installed TRL: its output must still read the same way."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "fresh"
+    subprocess.run([sys.executable, str(FIXTURES / "make_trl_fixture.py"), str(out)], check=True, capture_output=True)
+    for source in (out, out / "console.log"):
+        run = bg.read_log(source)
+        assert list(run.steps) == [1, 2, 3, 4, 5, 6]
+        assert {"reward_std", "rewards/digit_reward", "rewards/length_reward"} <= set(run.table)
