@@ -665,8 +665,11 @@ def _normalise_name(name: object) -> str:
     return text
 
 
-def _rename_columns(frame: pd.DataFrame) -> pd.DataFrame:
+def _rename_columns(frame: pd.DataFrame, name: str) -> pd.DataFrame:
     """Normalise names; on a clash keep the first column and leave the other as it was."""
+    if frame.columns.duplicated().any():
+        dupes = sorted({str(c) for c in frame.columns[frame.columns.duplicated()]})
+        raise LogError(f"{name}: duplicate column name(s) {dupes}; give every column its own name")
     mapping, taken = {}, set()
     for col in frame.columns:
         new = _normalise_name(col)
@@ -676,7 +679,7 @@ def _rename_columns(frame: pd.DataFrame) -> pd.DataFrame:
         taken.add(new)
     if len(set(mapping.values())) != len(mapping):
         dupes = sorted({v for v in mapping.values() if list(mapping.values()).count(v) > 1})
-        raise LogError(f"duplicate column name(s) {dupes}; give every column its own name")
+        raise LogError(f"{name}: columns {dupes} mean the same field; keep only one of them")
     return frame.rename(columns=mapping)
 
 
@@ -686,7 +689,7 @@ def _build(
     """Validate and repair a raw table, merge metadata (given > found), make a RunLog."""
     if raw.shape[0] == 0 or raw.shape[1] == 0:
         raise LogError(f"{name}: the log is empty (no rows); nothing to forecast from")
-    frame = _rename_columns(raw.reset_index(drop=True))
+    frame = _rename_columns(raw.reset_index(drop=True), name)
     meta_values = dict(found)
     for col in [c for c in frame.columns if c in _META_COLUMNS]:
         values = frame[col].dropna().unique()

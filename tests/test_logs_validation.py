@@ -136,3 +136,10 @@ def test_csv_with_several_runs(tmp_path):
     frame = pd.DataFrame({"run_id": ["a", "b"], "step": [1, 1], "reward": [0.1, 0.2]})
     with pytest.raises(bg.LogError, match="holds 2 runs"):
         bg.read_log(write_csv(tmp_path, frame))
+
+
+def test_clashing_columns():
+    with pytest.raises(bg.LogError, match="duplicate column name"):
+        bg.read_log(pd.DataFrame([[1, 0.1, 0.2]], columns=["step", "reward", "reward"]))
+    with pytest.raises(bg.LogError, match="mean the same field"):
+        bg.read_log(pd.DataFrame({"step": [1], "reward": [0.1], "reward__a": [0.1], "rewards/a": [0.1]}))
