@@ -1,0 +1,167 @@
+"""Turn a validated :class:`~bayes_grpo.logs.RunLog` into model inputs.
+
+The model works on *normalised progress* ``t = step / total_steps`` and on a
+*normalised reward* ``z = (reward - loc) / unit``:
+
+* when the run declares its reward range ``(lo, hi)``: ``loc = lo`` and
+  ``unit = hi - lo`` ("range" scale: z is the fraction of the attainable range);
+* otherwise the normalisation is learned from the run's own logged steps:
+  ``loc`` is the median of the first few rewards and ``unit`` a robust estimate of
+  the per-step noise ("noise" scale: z counts step-noise units from the start).
+
+Both are computed only from the steps a run has logged so far, so a run in
+progress is normalised exactly as it will be at forecast time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from bayes_grpo.errors import ModelError
+from bayes_grpo.logs import RunLog
+
+SCALE_KINDS: tuple[str, ...] = ("range", "noise")
+# Initial reward (fraction of the range) that the population effects are centred on.
+INITIAL_REWARD_CENTRE = 0.3
+# Sizes are entered as log10(params in billions), centred here.
+LOG10_SIZE_CENTRE = -2.0
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """A run as the model sees it: covariates, normalisation and observed (t, z)."""
+
+    run_id: str
+    family: str | None
+    log10_size: float
+    kind: str
+    initial_cov: float
+    loc: float
+    unit: float
+    total_steps: int
+    steps: np.ndarray
+    t: np.ndarray
+    z: np.ndarray
+    initial_z: float | None
+
+    @property
+    def kind_index(self) -> int:
+        return SCALE_KINDS.index(self.kind)
+
+    def to_reward(self, z: np.ndarray) -> np.ndarray:
+        """Map normalised rewards back to the run's own reward scale."""
+        return self.loc + self.unit * np.asarray(z)
+
+
+def noise_scale(rewards: np.ndarray) -> float:
+    """Robust per-step noise of a reward series (MAD of first differences / sqrt 2).
+
+    Discrete rewards can give a zero MAD, so a quarter of the plain standard
+    deviation is used as a floor, and a tiny absolute floor after that.
+    """
+    y = np.asarray(rewards, dtype=float)
+    if y.size < 3:
+        return max(float(np.abs(y).mean()) * 0.1 if y.size else 0.0, 1e-3)
+    diffs = np.diff(y)
+    mad = 1.4826 * float(np.median(np.abs(diffs - np.median(diffs)))) / np.sqrt(2.0)
+    floor = 0.25 * float(np.std(y))
+    return max(mad, floor, 1e-3 * max(1.0, float(np.abs(y).mean())))
+
+
+def prepare_run(
+    run: RunLog | None = None,
+    *,
+    total_steps: int | None = None,
+    family: str | None = None,
+    params_b: float | None = None,
+    initial_reward: float | None = None,
+    reward_range: tuple[float, float] | None = None,
+    require_total: bool = True,
+) -> PreparedRun:
+    """Normalise a run (or describe a run not yet started when ``run`` is None).
+
+    Keyword arguments override the run's metadata. ``total_steps`` falls back to
+    the run's planned steps, then (only when ``require_total`` is False, as for
+    finished training runs) to its last logged step.
+    """
+    meta = run.meta if run is not None else None
+    family = family if family is not None else (meta.family if meta else None)
+    params_b = params_b if params_b is not None else (meta.params_b if meta else None)
+    initial_reward = initial_reward if initial_reward is not None else (meta.initial_reward if meta else None)
+    reward_range = reward_range if reward_range is not None else (meta.reward_range if meta else None)
+    total = total_steps if total_steps is not None else (meta.total_steps if meta else None)
+    run_id = run.run_id if run is not None else "new-run"
+
+    steps = np.asarray(run.steps, dtype=float) if run is not None else np.empty(0)
+    rewards = np.asarray(run.rewards, dtype=float) if run is not None else np.empty(0)
+    if total is None:
+        if require_total or steps.size == 0:
+            raise ModelError(
+                f"run {run_id!r}: total_steps is unknown; pass total_steps= (the planned number of training steps)"
+            )
+        total = int(steps.max())
+    total = int(total)
+    if total <= 0:
+        raise ModelError(f"run {run_id!r}: total_steps must be positive, got {total}")
+    if steps.size and steps.max() > total:
+        raise ModelError(
+            f"run {run_id!r}: total_steps={total} is smaller than the last logged step {int(steps.max())}; "
+            "pass the planned number of steps"
+        )
+
+    if reward_range is not None:
+        lo, hi = (float(v) for v in reward_range)
+        if not hi > lo:
+            raise ModelError(f"run {run_id!r}: reward_range must be (min, max) with max > min, got {reward_range}")
+        kind, loc, unit = "range", lo, hi - lo
+    else:
+        if rewards.size == 0:
+            raise ModelError(
+                f"run {run_id!r}: a run with no logged steps needs reward_range=(min, max) to put the forecast on a reward scale"
+            )
+        kind = "noise"
+        head = rewards[: max(3, min(10, rewards.size // 5))]
+        loc, unit = float(np.median(head)), noise_scale(rewards)
+
+    initial_z = None if initial_reward is None else (float(initial_reward) - loc) / unit
+    if kind == "range":
+        start = initial_z if initial_z is not None else (
+            float(np.median(((rewards - loc) / unit)[: max(3, min(10, rewards.size // 5))])) if rewards.size else None
+        )
+        initial_cov = 0.0 if start is None else float(np.clip(start, 0.0, 1.0)) - INITIAL_REWARD_CENTRE
+    else:
+        initial_cov = 0.0
+    log10_size = np.log10(params_b) - LOG10_SIZE_CENTRE if params_b and params_b > 0 else 0.0
+    return PreparedRun(
+        run_id=run_id,
+        family=family.lower() if isinstance(family, str) else None,
+        log10_size=float(log10_size),
+        kind=kind,
+        initial_cov=initial_cov,
+        loc=loc,
+        unit=unit,
+        total_steps=total,
+        steps=steps,
+        t=steps / total,
+        z=(rewards - loc) / unit,
+        initial_z=initial_z,
+    )
+
+
+def bin_observations(t: np.ndarray, z: np.ndarray, max_bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Average consecutive observations into at most ``max_bins`` bins: (t, z, count).
+
+    Bin means keep the information about the curve's level while making the
+    likelihood cost independent of log length; the model scales the noise of a
+    bin by ``1 / sqrt(count)``.
+    """
+    n = t.size
+    if n <= max_bins:
+        return t, z, np.ones(n)
+    edges = np.linspace(0, n, max_bins + 1).astype(int)
+    counts = np.diff(edges).astype(float)
+    t_bins = np.add.reduceat(t, edges[:-1]) / counts
+    z_bins = np.add.reduceat(z, edges[:-1]) / counts
+    return t_bins, z_bins, counts
