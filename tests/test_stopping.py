@@ -1,0 +1,128 @@
+"""The plateau stopping rule: remaining gain, reward scale, probability and decisions."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import bayes_grpo as bg
+from bayes_grpo.errors import ModelError
+from bayes_grpo.forecast import Forecast
+from bayes_grpo.prepare import prepare_run
+from bayes_grpo.stopping import decision_from_forecast, probability_from_forecast, remaining_gain, reward_scale
+
+
+def _run(rewards: np.ndarray, reward_range: tuple[float, float] | None = None, total: int = 100) -> bg.RunLog:
+    frame = pd.DataFrame({"step": np.arange(1, rewards.size + 1), "reward": rewards})
+    return bg.read_log(frame, total_steps=total, reward_range=reward_range, run_id="t")
+
+
+def _forecast(draws: np.ndarray, run: bg.RunLog, steps: np.ndarray, current: np.ndarray) -> Forecast:
+    """A hand-made forecast: ``draws`` (n, len(steps)) trajectories, ``current`` the level at the last step."""
+    prepared = prepare_run(run)
+    n = draws.shape[0]
+    return Forecast(
+        run_id=run.run_id,
+        steps=steps.astype(float),
+        draws=draws,
+        total_steps=int(steps[-1]),
+        observed_steps=run.steps,
+        observed_rewards=run.rewards,
+        params={"r0": np.zeros(n)},
+        plateau_step=np.full(n, 50.0),
+        current=current,
+        prepared=prepared,
+    )
+
+
+RUN = _run(np.linspace(0.1, 0.5, 40) + 0.02 * np.sin(np.arange(40)), reward_range=(0.0, 1.0))
+STEPS = np.arange(40, 101)
+
+
+def _rising(rise: np.ndarray) -> Forecast:
+    """Draw i rises linearly by ``rise[i]`` from 0.5 at step 40 to step 100."""
+    frac = (STEPS - 40) / 60
+    return _forecast(0.5 + rise[:, None] * frac[None], RUN, STEPS, np.full(rise.size, 0.5))
+
+
+def test_remaining_gain_uses_the_best_future_level_and_is_never_negative() -> None:
+    frac = (STEPS - 40) / 60
+    up_then_down = 0.5 + 0.2 * np.sin(np.pi * frac)  # back to 0.5 at the end
+    falling = 0.5 - 0.3 * frac
+    fc = _forecast(np.vstack([up_then_down, falling]), RUN, STEPS, np.full(2, 0.5))
+    gain = remaining_gain(fc)
+    assert gain[0] == pytest.approx(0.2, abs=1e-3)
+    assert gain[1] == 0.0
+
+
+def test_scale_is_the_declared_range_else_the_observed_spread() -> None:
+    assert reward_scale(_rising(np.zeros(3))) == pytest.approx(1.0)
+    rewards = np.linspace(2.0, 12.0, 101)[:40]
+    run = _run(rewards)
+    fc = _forecast(np.full((2, STEPS.size), 5.0), run, STEPS, np.full(2, 5.0))
+    lo, hi = np.percentile(rewards, [5, 95])
+    assert reward_scale(fc) == pytest.approx(hi - lo)
+    with pytest.raises(ModelError):
+        reward_scale(fc, "steps")  # type: ignore[arg-type]
+
+
+def test_gain_mode_scales_with_the_gain_so_far() -> None:
+    fc = _rising(np.array([0.0, 0.0]))
+    assert reward_scale(fc, "gain") == pytest.approx(0.5)  # current 0.5, initial level r0 = 0 (range scale)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rise=st.lists(st.floats(-0.2, 0.5), min_size=5, max_size=30),
+    tolerances=st.lists(st.floats(0.0, 0.5), min_size=2, max_size=6),
+    relative_to=st.sampled_from(["range", "gain"]),
+)
+def test_probability_is_monotone_in_tolerance(rise: list[float], tolerances: list[float], relative_to: str) -> None:
+    fc = _rising(np.array(rise))
+    probs = [probability_from_forecast(fc, t, relative_to) for t in sorted(tolerances)]  # type: ignore[arg-type]
+    assert all(0.0 <= p <= 1.0 for p in probs)
+    assert all(a <= b for a, b in zip(probs, probs[1:]))
+
+
+def test_threshold_decision_fields_and_explanation() -> None:
+    flat = decision_from_forecast(_rising(np.full(100, 0.001)), threshold=0.9, tolerance=0.01)
+    assert flat.should_stop and flat.probability == 1.0
+    assert flat.step == 40 and flat.total_steps == 100 and flat.compute_saved == pytest.approx(0.6)
+    assert flat.gain_interval[0] <= flat.expected_gain <= flat.gain_interval[1]
+    assert flat.plateau_step == 50.0
+    assert flat.explain().startswith("Stop now") and "\n" not in flat.explain()
+    json.dumps(flat.to_dict())
+    rising = decision_from_forecast(_rising(np.linspace(0.0, 0.3, 100)), threshold=0.9, tolerance=0.01)
+    assert not rising.should_stop and rising.explain().startswith("Keep training")
+
+
+def test_decision_theoretic_mode_weighs_value_against_cost() -> None:
+    fc = _rising(np.full(10, 0.3))  # +0.3 reward over the 60 remaining steps
+    cheap = decision_from_forecast(fc, value_per_reward=100.0, cost_per_step=0.1)  # value 30 > cost 6
+    dear = decision_from_forecast(fc, value_per_reward=100.0, cost_per_step=1.0)  # value 30 < cost 60
+    assert not cheap.should_stop and cheap.best_step == 100
+    assert dear.should_stop and dear.best_step == 40
+    assert dear.value_of_gain == pytest.approx(30.0) and dear.cost_of_rest == pytest.approx(60.0)
+    with pytest.raises(ModelError):
+        decision_from_forecast(fc, value_per_reward=1.0)
+
+
+def _model_or_skip() -> bg.FittedModel:
+    try:
+        return bg.default_model()
+    except ModelError as exc:
+        pytest.skip(f"no shipped default model yet ({exc})")
+
+
+def test_model_stop_probability_monotone_in_tolerance_on_a_real_forecast() -> None:
+    model = _model_or_skip()
+    run = _run(0.3 + 0.4 * (1 - np.exp(-np.arange(60) / 15)) + 0.02 * np.cos(np.arange(60)), reward_range=(0.0, 1.0), total=200)
+    probs = [model.stop_probability(run, tolerance=t, n_draws=300) for t in (0.0, 0.005, 0.01, 0.05, 0.2, 1.0)]
+    assert all(a <= b for a, b in zip(probs, probs[1:]))
+    decision = model.stop_decision(run, threshold=0.9, tolerance=0.01, n_draws=300)
+    assert isinstance(decision, bg.StopDecision) and decision.step == 60 and decision.total_steps == 200
