@@ -15,13 +15,17 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from bayes_grpo import __version__
 from bayes_grpo.errors import BayesGrpoError
 
 if TYPE_CHECKING:
-    from bayes_grpo.logs import RunLog
+    from bayes_grpo.logs import RunLog, RunSet
+    from bayes_grpo.model import FittedModel
 
 PROG = "bayes-grpo"
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
@@ -110,10 +114,201 @@ def _summary(run: RunLog) -> str:
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 
 
+# --------------------------------------------------- fit, forecast, report, demo
+
+
+def _add_sampler_args(parser: argparse.ArgumentParser) -> None:
+    """Sampler settings shared by ``fit`` and ``demo``."""
+    from bayes_grpo.curves import CURVE_FORMS
+
+    parser.add_argument("--quick", action="store_true", help="short sampler run (200 draws, 200 tuning steps): a few minutes, rougher intervals")
+    parser.add_argument("--form", default="weibull", choices=CURVE_FORMS, help="curve form of the reward rise (default: weibull)")
+    parser.add_argument("--draws", type=int, help="posterior draws per chain (default 1000, 200 with --quick)")
+    parser.add_argument("--tune", type=int, help="tuning steps per chain (default 1000, 200 with --quick)")
+    parser.add_argument("--chains", type=int, default=2, help="number of chains (default 2)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+
+
+def _load_runs(paths: Sequence[str] | None) -> RunSet:
+    """Runs from files/folders, or the bundled runs when no path is given."""
+    from bayes_grpo.logs import RunSet, load_runs
+
+    return RunSet(run for path in paths for run in load_runs(path)) if paths else load_runs()
+
+
+def _fit(runs: RunSet, args: argparse.Namespace) -> FittedModel:
+    from bayes_grpo.model import fit
+
+    quick = 200 if args.quick else None
+    print(f"fitting the {args.form} hierarchy to {len(runs)} runs{' (quick mode)' if args.quick else ''} ...", file=sys.stderr)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        model = fit(runs, form=args.form, draws=args.draws or quick, tune=args.tune or quick, chains=args.chains, seed=args.seed)
+    for w in caught:
+        if issubclass(w.category, RuntimeWarning) and "converged" in str(w.message):
+            _warn(w.message)
+    print(f"fit: {model.diagnostics}", file=sys.stderr)
+    return model
+
+
+def _load_model(folder: str | None) -> FittedModel:
+    from bayes_grpo.model import default_model, load_model
+
+    return load_model(folder) if folder else default_model()
+
+
+def _add_fit_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "fit",
+        help="fit the hierarchical model to reward logs and save it",
+        description="Fit the hierarchical Bayesian reward-curve model (PyMC, NUTS) to a set of runs and save the "
+        "posterior to DIR, which 'forecast', 'stop' and 'report' read with --model DIR.",
+    )
+    parser.add_argument("logs", nargs="*", metavar="LOG", help="log files or folders of logs (default: the runs bundled in data/runs)")
+    parser.add_argument("--out", required=True, metavar="DIR", help="folder to save the fitted model in (created if missing)")
+    _add_sampler_args(parser)
+
+
+def _run_fit(args: argparse.Namespace) -> int:
+    model = _fit(_load_runs(args.logs), args)
+    print(f"saved the fitted model to {model.save(args.out)}")
+    return EXIT_OK
+
+
+def _add_forecast_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "forecast",
+        help="forecast a run's reward up to its planned last step",
+        description="Forecast the mean reward of one run from its logged steps up to total_steps, with 50% and 90% "
+        "credible intervals, and summarise the final reward.",
+    )
+    parser.add_argument("log", metavar="LOG", help="log file or TRL output folder")
+    parser.add_argument("--at", type=int, metavar="STEP", help="forecast as if the run had only reached STEP (default: every logged step)")
+    parser.add_argument("--model", metavar="DIR", help="a model saved by 'bayes-grpo fit' (default: the model shipped with the package)")
+    parser.add_argument("--rows", type=int, default=12, help="rows of the printed forecast table (default 12)")
+    _add_run_metadata_args(parser)
+
+
+def _run_forecast(args: argparse.Namespace) -> int:
+    from bayes_grpo.logs import read_log
+
+    run = read_log(args.log, family=args.family, params_b=args.params_b, total_steps=args.total_steps)
+    if args.at is not None:
+        run = run.head(args.at)
+    fc = _load_model(args.model).forecast(run, total_steps=args.total_steps)
+    frame = fc.to_frame()
+    ahead = frame[frame.step >= (fc.last_observed_step or 0)]
+    rows = ahead.iloc[np.unique(np.linspace(0, len(ahead) - 1, max(2, args.rows)).round().astype(int))]
+    print(f"{fc.run_id}: forecast from step {fc.last_observed_step} to {fc.total_steps}")
+    print(rows.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    final = fc.final
+    lo50, hi50 = final.interval(0.5)
+    lo90, hi90 = final.interval(0.9)
+    print(
+        f"final reward at step {fc.total_steps}: mean {final.mean:.4g}, median {final.quantile(0.5):.4g}, "
+        f"50% [{lo50:.4g}, {hi50:.4g}], 90% [{lo90:.4g}, {hi90:.4g}]"
+    )
+    return EXIT_OK
+
+
+def _add_report_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="write a self-contained HTML report (diagnostics, checks, forecasts, stopping)",
+        description="Write one HTML file (figures embedded, opens offline) with the data, sampler diagnostics, "
+        "posterior predictive checks, LOO comparison, population effects, forecast fan charts, stop probabilities "
+        "and the benchmark tables.",
+    )
+    parser.add_argument("--model", metavar="DIR", help="a model saved by 'bayes-grpo fit' (default: the shipped model)")
+    parser.add_argument("--runs", nargs="+", metavar="PATH", help="logs or folders of logs to show (default: the bundled runs)")
+    parser.add_argument("--out", required=True, metavar="FILE", help="HTML file to write, e.g. report.html")
+    parser.add_argument("--quick", action="store_true", help="skip the LOO comparison of curve forms")
+    parser.add_argument("--compare", action="store_true", help="fit the other curve forms and compare all by LOO (slow: two more fits)")
+    parser.add_argument("--shown", type=int, default=4, help="runs shown in the per-run figures (default 4)")
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    from bayes_grpo.report import compare_table, write_report
+
+    model, runs = _load_model(args.model), _load_runs(args.runs)
+    comparison = compare_table(model, runs) if args.compare and model.idata is not None else None
+    print(f"wrote {write_report(model, runs, args.out, quick=args.quick, comparison=comparison, n_shown=args.shown)}")
+    return EXIT_OK
+
+
+def _add_demo_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="fit the bundled runs, forecast several from 30%% of their steps, decide when to stop, write the report",
+        description="The whole pipeline on the runs bundled with the repository: fit the hierarchy, forecast runs "
+        "from the first 30% of their steps, print the stop decisions, and write OUT/report.html (plus the "
+        "fitted model in OUT/model).",
+    )
+    parser.add_argument("--out", default="bayes_grpo_demo", metavar="DIR", help="output folder (default: bayes_grpo_demo)")
+    parser.add_argument("--runs", nargs="+", metavar="PATH", help="logs or folders of logs instead of the bundled runs")
+    parser.add_argument("--fraction", type=float, default=0.3, help="part of each run's steps to forecast from (default 0.3)")
+    parser.add_argument("--shown", type=int, default=6, help="runs forecast and shown (default 6)")
+    _add_sampler_args(parser)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from bayes_grpo.errors import LogError
+    from bayes_grpo.model import default_model
+    from bayes_grpo.report import compare_table, pick_runs, write_report
+
+    out = Path(args.out)
+    try:
+        runs = _load_runs(args.runs)
+    except LogError as exc:
+        if args.runs:
+            raise
+        print(f"notice: no bundled runs ({' '.join(str(exc).split())}); using the shipped default model", file=sys.stderr)
+        runs, model = None, default_model()
+    else:
+        model = _fit(runs, args)
+        model.save(out / "model")
+    if runs is None:
+        raise BayesGrpoError("the shipped default model needs runs to forecast; pass --runs PATH")
+    print(_demo_table(model, pick_runs(runs, args.shown), args.fraction))
+    comparison = None if args.quick else compare_table(model, runs)
+    path = write_report(model, runs, out / "report.html", quick=args.quick, comparison=comparison)
+    print(f"\nwrote {path} (open it in a browser) and the fitted model in {out / 'model'}")
+    return EXIT_OK
+
+
+def _demo_table(model: FittedModel, runs: Sequence[RunLog], fraction: float) -> str:
+    """Forecasts and stop decisions from ``fraction`` of each run's steps, against what really happened."""
+    import pandas as pd
+    from tqdm.auto import tqdm
+
+    from bayes_grpo.report import horizon
+    from bayes_grpo.stopping import decision_from_forecast
+
+    rows = []
+    for run in tqdm(runs, desc="forecasts", leave=False):
+        cut = max(int(run.steps[0]), int(round(fraction * run.last_step)))
+        fc = model.forecast(run.head(cut), total_steps=horizon(run))
+        decision = decision_from_forecast(fc)
+        lo, hi = fc.final.interval(0.9)
+        tail = run.rewards[-max(1, len(run) // 10) :]
+        rows.append({
+            "run": run.run_id, "step": cut, "total": horizon(run), "P(plateau)": decision.probability,
+            "expected gain": decision.expected_gain, "compute saved": f"{decision.compute_saved:.0%}",
+            "decision": "stop" if decision.should_stop else "continue",
+            "final forecast [90%]": f"{fc.final.mean:.3g} [{lo:.3g}, {hi:.3g}]", "final actual": float(np.mean(tail)),
+        })  # fmt: skip
+    table = pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.3g}")
+    return f"stop decisions from {fraction:.0%} of each run's steps (threshold 0.9, tolerance 1%):\n{table}"
+
+
 # ----------------------------------------------------------------- registry
 
 COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable[[argparse.Namespace], int]]] = {
     "inspect": (_add_inspect_parser, _run_inspect),
+    "fit": (_add_fit_parser, _run_fit),
+    "forecast": (_add_forecast_parser, _run_forecast),
+    "report": (_add_report_parser, _run_report),
+    "demo": (_add_demo_parser, _run_demo),
 }
 """Subcommand name -> (add its parser, run it and return the exit code)."""
 

@@ -1,0 +1,473 @@
+"""One self-contained HTML report of a fitted model: data, diagnostics, checks, forecasts, stopping.
+
+:func:`write_report` renders every figure to a base64 PNG inside the page, so the
+file opens offline and can be mailed or attached to an experiment tracker.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import os
+import re
+import warnings
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+import arviz as az
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from bayes_grpo.curves import reward_curve
+from bayes_grpo.errors import ModelError
+from bayes_grpo.logs import RunLog
+from bayes_grpo.prepare import prepare_run
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from bayes_grpo.model import FittedModel
+
+FORECAST_FRACTIONS = (0.2, 0.3, 0.5)
+EFFECT_VARS = ("gain_size", "gain_init", "tau_size", "tau_init")
+TRACE_VARS = ("gain_mu", "gain_sd", "gain_size", "gain_init", "tau_mu", "tau_sd", "tau_size", "tau_init", "beta_mu")
+BENCHMARKS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+BENCHMARK_TABLES = {
+    "calibration.md": ("Calibration of forecast intervals", "python benchmarks/calibration.py"),
+    "backtest.md": ("Backtest of the stopping rule", "python benchmarks/backtest.py"),
+}
+MIN_SHOWN_STEPS = 20
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1100px;margin:2em auto;
+padding:0 1em;color:#222;line-height:1.45}
+h1{border-bottom:2px solid #2a6;padding-bottom:.2em}h2{margin-top:2em;border-bottom:1px solid #ccc}
+table{border-collapse:collapse;font-size:.85em;margin:.8em 0}th,td{border:1px solid #ddd;padding:.25em .6em;text-align:right}
+th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}img{max-width:100%;display:block;margin:.6em 0}
+.note{background:#fff8e1;border-left:4px solid #f0b400;padding:.5em 1em}.ok{color:#080}.bad{color:#b00}
+nav a{margin-right:1em}code{background:#f3f3f3;padding:0 .25em}
+"""
+
+
+def figure_to_base64(fig: Figure, dpi: int = 90) -> str:
+    """PNG bytes of a matplotlib figure, base64-encoded; the figure is closed."""
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _img(fig: Figure, alt: str) -> str:
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{figure_to_base64(fig)}">'
+
+
+def _note(text: str) -> str:
+    return f'<p class="note">{text}</p>'
+
+
+def _table(frame: pd.DataFrame, index: bool = True) -> str:
+    return frame.to_html(index=index, float_format=lambda v: f"{v:.3g}", border=0, na_rep="-")
+
+
+def horizon(run: RunLog) -> int:
+    """The run's planned steps, or its last logged step when the plan is unknown."""
+    return int(run.total_steps or run.last_step)
+
+
+def pick_runs(runs: Sequence[RunLog], n: int = 4) -> list[RunLog]:
+    """Up to ``n`` complete-looking runs, one family at a time, longest logs first."""
+    candidates = [r for r in runs if len(r) >= MIN_SHOWN_STEPS] or list(runs)
+    candidates.sort(key=lambda r: (r.total_steps not in (None, r.last_step), -len(r)))
+    by_family: dict[str, list[RunLog]] = {}
+    for run in candidates:
+        by_family.setdefault(run.family or "unknown", []).append(run)
+    picked: list[RunLog] = []
+    while len(picked) < n and any(by_family.values()):
+        for queue in by_family.values():
+            if queue and len(picked) < n:
+                picked.append(queue.pop(0))
+    return picked
+
+
+# ------------------------------------------------------------------ figures
+
+
+def data_figure(runs: Sequence[RunLog]) -> Figure:
+    """Every reward curve, one panel per family, coloured by model size."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import LogNorm
+
+    families = sorted({r.family or "unknown" for r in runs})
+    sizes = [r.params_b for r in runs if r.params_b]
+    norm = LogNorm(min(sizes, default=0.1), max(max(sizes, default=10.0), min(sizes, default=0.1) * 1.01))
+    cols = min(3, len(families))
+    rows = -(-len(families) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False, layout="constrained")
+    cmap = plt.get_cmap("viridis")
+    for ax, family in zip(axes.flat, families):
+        for run in (r for r in runs if (r.family or "unknown") == family):
+            color = cmap(norm(run.params_b)) if run.params_b else "0.5"
+            ax.plot(run.steps / horizon(run), run.rewards, lw=0.7, color=color, alpha=0.8)
+        ax.set_title(family, fontsize=10)
+        ax.set_xlabel("progress (step / total steps)")
+        ax.set_ylabel("reward")
+    for ax in axes.flat[len(families) :]:
+        ax.set_visible(False)
+    fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes, label="params (B)", shrink=0.8)
+    return fig
+
+
+def forecast_figure(model: FittedModel, runs: Sequence[RunLog], fractions: Sequence[float] = FORECAST_FRACTIONS, progress: bool = True) -> Figure:
+    """Fan charts: each run forecast from ``fractions`` of its logged steps, with the full run overlaid."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(runs), len(fractions), figsize=(4.2 * len(fractions), 2.8 * len(runs)), squeeze=False)
+    jobs = [(i, j, run, frac) for i, run in enumerate(runs) for j, frac in enumerate(fractions)]
+    for i, j, run, frac in tqdm(jobs, desc="forecasts", disable=not progress, leave=False):
+        cut = max(int(run.steps[0]), int(round(frac * run.last_step)))
+        model.forecast(run.head(cut), total_steps=horizon(run)).plot(ax=axes[i, j], truth=run)
+        axes[i, j].set_title(f"{run.run_id}\nfrom {frac:.0%} (step {cut})", fontsize=8)
+        if i or j:
+            axes[i, j].set_ylabel("")
+        else:
+            axes[i, j].legend(fontsize=6, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def stop_curve(model: FittedModel, run: RunLog, n_points: int = 12) -> pd.DataFrame:
+    """Stop probability of ``run`` at ``n_points`` steps through its log: columns step, probability."""
+    first = int(run.steps[min(4, len(run) - 1)])
+    total = horizon(run)
+    steps = np.unique(np.linspace(first, run.last_step, n_points).round().astype(int))
+    steps = steps[steps < total]  # at the planned end there is trivially nothing left to gain
+    probability = [model.stop_probability(run.head(int(s)), total_steps=total) for s in steps]
+    return pd.DataFrame({"step": steps, "probability": probability})
+
+
+def stop_figure(model: FittedModel, runs: Sequence[RunLog], threshold: float = 0.9, progress: bool = True) -> Figure:
+    """Stop probability across training for each run, its reward curve behind it."""
+    import matplotlib.pyplot as plt
+
+    cols = min(2, len(runs))
+    rows = -(-len(runs) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 3.0 * rows), squeeze=False)
+    for ax, run in tqdm(list(zip(axes.flat, runs)), desc="stop probability", disable=not progress, leave=False):
+        curve = stop_curve(model, run)
+        reward_ax = ax.twinx()
+        reward_ax.plot(run.steps, run.rewards, color="0.75", lw=0.6)
+        reward_ax.set_ylabel("reward", color="0.5", fontsize=8)
+        ax.set_zorder(reward_ax.get_zorder() + 1)
+        ax.patch.set_visible(False)
+        ax.plot(curve.step, curve.probability, "o-", color="C3", ms=3, label="P(plateau)")
+        ax.axhline(threshold, color="C3", ls=":", lw=0.8)
+        crossed = curve[curve.probability >= threshold]
+        if len(crossed):
+            ax.axvline(crossed.step.iloc[0], color="k", ls="--", lw=0.8, label=f"stop at {crossed.step.iloc[0]}")
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlim(0, horizon(run))
+        ax.set_xlabel("step")
+        ax.set_ylabel("stop probability")
+        ax.set_title(run.run_id, fontsize=9)
+        ax.legend(fontsize=7, loc="upper left")
+    for ax in axes.flat[len(runs) :]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
+def ppc_figure(model: FittedModel, runs: Sequence[RunLog], n_draws: int = 400, seed: int = 0) -> Figure:
+    """Observed rewards against the posterior predictive (curve band and 90% predictive band) of fitted runs."""
+    import matplotlib.pyplot as plt
+
+    post = az.extract(model.idata, group="posterior", num_samples=n_draws, rng=seed)
+    nu = float(model.config.get("student_nu", 4.0))
+    rng = np.random.default_rng(seed)
+    cols = min(2, len(runs))
+    rows = -(-len(runs) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 2.9 * rows), squeeze=False)
+    for ax, run in zip(axes.flat, runs):
+        prepared = prepare_run(run, require_total=False)
+        p = post.sel(run=run.run_id)
+        beta = p["beta"].values if "beta" in p else np.ones(p["gain"].size)
+        t = prepared.t
+        mu = reward_curve(model.form, t[None], p["r0"].values[:, None], p["gain"].values[:, None], p["tau"].values[:, None], beta[:, None])
+        predictive = mu + p["sigma"].values[:, None] * rng.standard_t(nu, size=mu.shape)
+        for values, alpha, label in ((predictive, 0.2, "90% predictive"), (mu, 0.45, "90% curve")):
+            lo, hi = np.quantile(prepared.to_reward(values), [0.05, 0.95], axis=0)
+            ax.fill_between(run.steps, lo, hi, color="C0", alpha=alpha, lw=0, label=label)
+        ax.plot(run.steps, run.rewards, color="k", lw=0.6, label="observed")
+        ax.set_title(run.run_id, fontsize=9)
+        ax.set_xlabel("step")
+        ax.set_ylabel("reward")
+    axes.flat[0].legend(fontsize=7)
+    for ax in axes.flat[len(runs) :]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
+# ------------------------------------------------------------------ sections
+
+
+def _section(anchor: str, title: str, body: Iterable[str]) -> str:
+    return f'<section id="{anchor}"><h2>{html.escape(title)}</h2>\n' + "\n".join(body) + "</section>"
+
+
+def _data_section(runs: Sequence[RunLog]) -> list[str]:
+    table = pd.DataFrame(
+        {
+            "run": [r.run_id for r in runs],
+            "family": [r.family or "-" for r in runs],
+            "params (B)": [r.params_b for r in runs],
+            "steps logged": [len(r) for r in runs],
+            "total steps": [r.total_steps for r in runs],
+            "first reward": [float(r.rewards[: max(1, len(r) // 10)].mean()) for r in runs],
+            "last reward": [float(r.rewards[-max(1, len(r) // 10) :].mean()) for r in runs],
+        }
+    )
+    return [
+        f"<p>{len(runs)} runs from {table.family.nunique()} model families. Progress is step / planned steps.</p>",
+        _img(data_figure(runs), "reward curves by family and size"),
+        "<details><summary>Runs</summary>" + _table(table, index=False) + "</details>",
+    ]
+
+
+def _diagnostics_section(model: FittedModel) -> list[str]:
+    data = model.idata if model.idata is not None else model.population
+    names = [v for v in TRACE_VARS if v in model.population]
+    summary = az.summary(data, var_names=names + ["fam_gain", "fam_tau", "sig_mu", "r0_sd"], kind="all", hdi_prob=0.9)
+    body = []
+    if model.diagnostics is not None:
+        d = model.diagnostics
+        verdict = '<span class="ok">looks converged</span>' if d.ok else '<span class="bad">check convergence</span>'
+        body.append(
+            f"<p>Sampler <code>{html.escape(d.sampler)}</code>, {d.seconds:.0f} s: max r_hat {d.max_r_hat:.3f}, "
+            f"min bulk ESS {d.min_ess_bulk:.0f}, <b>{d.divergences}</b> divergences — {verdict}.</p>"
+        )
+    if model.idata is not None and "diverging" in model.idata.get("sample_stats", {}):
+        per_chain = model.idata.sample_stats["diverging"].sum("draw").values
+        body.append(f"<p>Divergences per chain: {', '.join(str(int(v)) for v in per_chain)}.</p>")
+    body.append(_table(summary))
+    panels = sum(int(np.prod([n for d, n in model.population[v].sizes.items() if d not in ("chain", "draw")])) for v in names)
+    if model.population.sizes.get("chain", 1) > 1:
+        axes = az.plot_rank(model.population, var_names=names, kind="vlines", figsize=(12, 2.6 * -(-panels // 3)))
+        body.append("<p>Rank plots: uniform ranks across chains mean the chains agree.</p>")
+    else:
+        axes = az.plot_trace(model.population, var_names=names, figsize=(12, 1.6 * panels))
+    fig = np.ravel(axes)[0].figure
+    fig.tight_layout()
+    body.append(_img(fig, "rank plots of population variables"))
+    return body
+
+
+def _ppc_section(model: FittedModel, shown: Sequence[RunLog]) -> list[str]:
+    fitted = set() if model.idata is None else {str(r) for r in model.idata.posterior["run"].values}
+    runs = [r for r in shown if r.run_id in fitted]
+    if not runs:
+        return [_note("No posterior predictive check: the model has no full fit (fit.nc) for these runs; fit them with <code>bayes-grpo fit</code>.")]
+    return [
+        "<p>Posterior predictive of the hierarchical fit: the dark band is the 90% interval of the mean curve, "
+        "the light band adds step noise (Student-t). Observed rewards should sit inside the light band.</p>",
+        _img(ppc_figure(model, runs), "posterior predictive checks"),
+    ]
+
+
+def _log_likelihood_idata(model: FittedModel, runs: Sequence[RunLog]) -> az.InferenceData:
+    """The fit's InferenceData with a log_likelihood group (computed when the sampler skipped it)."""
+    idata = model.idata
+    if "log_likelihood" in idata:
+        return idata
+    import pymc as pm
+
+    from bayes_grpo.model import build_model
+
+    by_id = {r.run_id: r for r in runs}
+    fitted = [str(r) for r in idata.posterior["run"].values]
+    missing = [r for r in fitted if r not in by_id]
+    if missing:
+        raise ModelError(f"LOO needs the fitted runs; missing {missing[:3]}")
+    prepared = [prepare_run(by_id[r], require_total=False) for r in fitted]
+    pm_model = build_model(prepared, form=model.form, max_bins=int(model.config.get("max_bins", 60)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        log_likelihood = pm.compute_log_likelihood(idata, model=pm_model, extend_inferencedata=False, progressbar=False)
+    return az.InferenceData(posterior=idata.posterior, log_likelihood=log_likelihood)
+
+
+def _loo_section(model: FittedModel, runs: Sequence[RunLog], comparison: pd.DataFrame | None, quick: bool) -> list[str]:
+    body = []
+    if comparison is not None:
+        body.append("<p>Curve forms ranked by PSIS-LOO expected log predictive density (higher elpd_loo is better).</p>")
+        body.append(_table(comparison))
+        axes = az.plot_compare(comparison, figsize=(8, 1 + 0.5 * len(comparison)))
+        body.append(_img(np.ravel(axes)[0].figure, "LOO comparison of curve forms"))
+        return body
+    if quick or model.idata is None:
+        body.append(_note(
+            "Comparison of curve forms skipped" + (" in quick mode" if quick else " (no full fit stored)")
+            + ". Run it with <code>bayes-grpo report --compare</code> or "
+            "<code>bayes_grpo.model.compare_forms(runs)</code> and pass the table to <code>write_report(comparison=...)</code>."
+        ))
+        return body
+    try:
+        loo = az.loo(_log_likelihood_idata(model, runs))
+    except ModelError as exc:
+        return [_note(f"LOO not computed: {html.escape(str(exc))}.")]
+    frame = pd.DataFrame({model.form: {"elpd_loo": loo.elpd_loo, "se": loo.se, "p_loo": loo.p_loo,
+                                      "pareto k > 0.7": int((loo.pareto_k.values > 0.7).sum())}}).T
+    body.append(f"<p>PSIS-LOO of the fitted {html.escape(model.form)} form (other forms not fitted; see "
+                "<code>bayes-grpo report --compare</code>).</p>")
+    body.append(_table(frame))
+    return body
+
+
+def compare_table(model: FittedModel, runs: Sequence[RunLog], forms: Sequence[str] = ("weibull", "logistic", "exponential"), progress: bool = True) -> pd.DataFrame:
+    """``az.compare`` of curve forms: reuses ``model`` for its own form and fits the others with its settings."""
+    from bayes_grpo.model import fit
+
+    fitted_ids = [str(r) for r in model.idata.posterior["run"].values]
+    by_id = {r.run_id: r for r in runs}
+    fit_runs = [by_id[r] for r in fitted_ids if r in by_id]
+    options = {k: model.config[k] for k in ("draws", "tune", "chains", "seed", "max_bins") if k in model.config}
+    fits = {model.form: model}
+    for form in tqdm([f for f in forms if f != model.form], desc="fitting curve forms", disable=not progress):
+        fits[form] = fit(fit_runs, form=form, progressbar=False, **options)
+    return az.compare({form: _log_likelihood_idata(f, fit_runs) for form, f in fits.items()}, ic="loo")
+
+
+def _effects_section(model: FittedModel) -> list[str]:
+    pop = model.population
+    effects = az.summary(pop, var_names=list(EFFECT_VARS), kind="stats", hdi_prob=0.9)
+    prob_positive = {v: float((pop[v] > 0).mean()) for v in EFFECT_VARS}
+    effects["P(>0)"] = [prob_positive[v] for v in effects.index]
+    axes = az.plot_forest(pop, var_names=list(EFFECT_VARS), combined=True, hdi_prob=0.9, figsize=(7, 3))
+    ax = np.ravel(axes)[0]
+    ax.axvline(0, color="k", lw=0.6, ls=":")
+    ax.set_title("population effects (90% HDI)", fontsize=10)
+    body = [
+        "<p><code>*_size</code>: effect of log10 model size; <code>*_init</code>: effect of the initial reward; "
+        "<code>gain_*</code> act on the (asinh) total gain, <code>tau_*</code> on the log timescale of the rise "
+        "(negative = faster).</p>",
+        _table(effects),
+        _img(ax.figure, "forest plot of population effects"),
+    ]
+    axes = az.plot_forest(pop, var_names=["fam_gain", "fam_tau"], combined=True, hdi_prob=0.9, figsize=(7, 1 + 0.45 * 2 * pop.sizes["family"]))
+    ax = np.ravel(axes)[0]
+    ax.axvline(0, color="k", lw=0.6, ls=":")
+    ax.set_title("family effects (90% HDI)", fontsize=10)
+    body.append(_img(ax.figure, "forest plot of family effects"))
+    return body
+
+
+def _markdown_to_html(text: str) -> str:
+    """Headings, pipe tables and paragraphs of a small markdown file (what the benchmarks write)."""
+    out: list[str] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].strip()
+        if line.startswith("|"):
+            rows = []
+            while i < len(lines) and lines[i].strip().startswith("|"):
+                cells = [html.escape(c.strip()) for c in lines[i].strip().strip("|").split("|")]
+                if not all(re.fullmatch(r":?-{2,}:?", c) for c in cells):
+                    rows.append(cells)
+                i += 1
+            head, *rest = rows
+            out.append("<table><tr>" + "".join(f"<th>{c}</th>" for c in head) + "</tr>"
+                       + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rest) + "</table>")
+            continue
+        heading = re.match(r"(#{1,4})\s+(.*)", line)
+        if heading:
+            level = min(6, len(heading.group(1)) + 2)
+            out.append(f"<h{level}>{html.escape(heading.group(2))}</h{level}>")
+        elif line:
+            out.append(f"<p>{html.escape(line)}</p>")
+        i += 1
+    return "\n".join(out)
+
+
+def _benchmarks_section(folder: Path) -> list[str]:
+    body = []
+    for name, (title, command) in BENCHMARK_TABLES.items():
+        body.append(f"<h3>{html.escape(title)}</h3>")
+        path = folder / name
+        if path.is_file():
+            body.append(_markdown_to_html(path.read_text()))
+        else:
+            body.append(_note(f"not yet run: <code>{html.escape(command)}</code> (writes benchmarks/results/{name})"))
+    return body
+
+
+def _stop_section(model: FittedModel, shown: Sequence[RunLog], progress: bool) -> list[str]:
+    try:
+        figure = stop_figure(model, shown, progress=progress)
+    except ImportError:
+        return [_note("Stop probabilities unavailable: <code>bayes_grpo.stopping</code> is not installed.")]
+    return [
+        "<p>Probability that less than the tolerance (1% of the reward range, or one noise unit) is still to gain "
+        "by the planned end, computed at each point as if training stopped there. The dashed line marks where it "
+        "first crosses the 0.9 threshold: stopping there saves the rest of the steps.</p>",
+        _img(figure, "stop probability across training"),
+    ]
+
+
+def write_report(
+    model: FittedModel,
+    runs: Sequence[RunLog],
+    path: str | os.PathLike,
+    *,
+    quick: bool = False,
+    comparison: pd.DataFrame | None = None,
+    n_shown: int = 4,
+    benchmarks_dir: str | os.PathLike | None = None,
+    progress: bool = True,
+) -> Path:
+    """Write one self-contained HTML report for ``model`` and ``runs`` to ``path`` and return the path.
+
+    Sections: data, sampler diagnostics, posterior predictive checks, LOO
+    comparison of curve forms (``comparison`` = an ``az.compare`` table; skipped
+    with a note in ``quick`` mode when not given, otherwise the fitted form's
+    LOO), population and family effects, forecast fan charts from 20/30/50% of
+    the steps, stop probability through training, and the benchmark tables
+    found in ``benchmarks/results``.
+    """
+    runs = list(runs)
+    if not runs:
+        raise ModelError("write_report needs at least one run")
+    shown = pick_runs(runs, n_shown)
+    steps = [
+        ("data", "Data", lambda: _data_section(runs)),
+        ("diagnostics", "Sampler diagnostics", lambda: _diagnostics_section(model)),
+        ("ppc", "Posterior predictive checks", lambda: _ppc_section(model, shown)),
+        ("loo", "LOO comparison of curve forms", lambda: _loo_section(model, runs, comparison, quick)),
+        ("effects", "Population effects", lambda: _effects_section(model)),
+        ("forecasts", "Forecasts from 20%, 30% and 50% of the steps", lambda: [
+            "<p>Each row is one run forecast from part of its log (black), with the rest of the run (grey) "
+            "for comparison; bands are 50% and 90% credible intervals of the mean reward.</p>",
+            _img(forecast_figure(model, shown, progress=progress), "forecast fan charts"),
+        ]),
+        ("stopping", "Stop probability across training", lambda: _stop_section(model, shown, progress)),
+        ("benchmarks", "Benchmarks", lambda: _benchmarks_section(Path(benchmarks_dir) if benchmarks_dir else BENCHMARKS_DIR)),
+    ]
+    with np.errstate(all="ignore"):  # overflow in far-out curve draws is harmless
+        sections = [_section(anchor, title, build()) for anchor, title, build in tqdm(steps, desc="report", disable=not progress)]
+    nav = "".join(f'<a href="#{a}">{html.escape(t.split(" from ")[0])}</a>' for a, t, _ in steps)
+    config = ", ".join(f"{k}={v}" for k, v in model.config.items() if k in ("n_runs", "draws", "tune", "chains", "seed"))
+    page = (
+        f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>bayes_grpo report</title>"
+        f"<style>{_CSS}</style></head><body>\n<h1>bayes_grpo report</h1>\n"
+        f"<p>{datetime.now():%Y-%m-%d %H:%M} · curve form <b>{html.escape(model.form)}</b> · {html.escape(config)}"
+        f"{' · quick mode' if quick else ''}</p>\n<nav>{nav}</nav>\n" + "\n".join(sections) + "\n</body></html>\n"
+    )
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(page, encoding="utf-8")
+    return out
+
