@@ -1,0 +1,1 @@
+"""Generator of the bundled GRPO training runs (tasks, tiny models, TRL runner, sweep)."""

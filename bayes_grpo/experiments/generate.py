@@ -1,0 +1,261 @@
+"""Generate one GRPO training run: supervised warm-up, initial-reward eval, TRL GRPO, log.
+
+Usage: ``python -m bayes_grpo.experiments.generate --family llama --size xs --noise 0.5 --out data/runs``
+(or ``bayes-grpo generate ...``).  Writes ``<run_id>.csv`` (one row per GRPO step) and
+``<run_id>.meta.json`` into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import random
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from . import tasks
+from .models import FAMILIES, SIZES, WARMUP_LR, build_model, build_tokenizer, count_params
+
+CSV_METRICS = ("reward", "reward_std", "frac_reward_zero_std", "kl", "entropy", "completions/mean_length",
+               "completions/clipped_ratio", "grad_norm", "learning_rate", "loss")
+
+
+def sig(x: float, digits: int = 5) -> float:
+    """Round ``x`` to ``digits`` significant digits."""
+    if x == 0 or not math.isfinite(x):
+        return x
+    return round(x, digits - 1 - int(math.floor(math.log10(abs(x)))))
+
+
+def run_id(args: argparse.Namespace) -> str:
+    """File stem that identifies a run by its settings."""
+    return f"{args.family}-{args.size}-{args.task}{args.digits}-noise{args.noise:g}-s{args.seed}"
+
+
+def seed_all(seed: int) -> None:
+    """Seed Python, NumPy and torch."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _encode(tok: Any, prompts: list[str], targets: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ``prompt+target+EOS`` ids and labels masked to the target part."""
+    seqs, labels = [], []
+    for p, t in zip(prompts, targets):
+        p_ids = tok(p, add_special_tokens=False)["input_ids"]
+        t_ids = tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        seqs.append(p_ids + t_ids)
+        labels.append([-100] * len(p_ids) + t_ids)
+    width = max(map(len, seqs))
+    ids = torch.tensor([s + [tok.pad_token_id] * (width - len(s)) for s in seqs])
+    lab = torch.tensor([s + [-100] * (width - len(s)) for s in labels])
+    return ids, lab
+
+
+def warmup(model: Any, tok: Any, examples: list[tasks.Example], noise: float, clean_steps: int, noisy_steps: int,
+           lr: float, batch: int, seed: int) -> float:
+    """Supervised warm-up: ``clean_steps`` on correct answers, then ``noisy_steps`` on answers
+    corrupted with probability ``noise`` (50-step linear LR ramp, then constant); returns the last loss.
+
+    The clean phase teaches the mapping, the noisy phase spreads the policy's mass over wrong
+    answers and missing terminators, which sets the initial reward of the GRPO phase.
+    """
+    rng = random.Random(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / 50))
+    model.train()
+    loss = torch.tensor(float("nan"))
+    for step in range(clean_steps + noisy_steps):
+        p = 0.0 if step < clean_steps else noise
+        exs = rng.sample(examples, batch)
+        ids, lab = _encode(tok, [e.prompt for e in exs], [tasks.noisy_target(e, p, rng) for e in exs])
+        loss = model(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long(), labels=lab).loss
+        loss.backward()
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+    return float(loss.detach())
+
+
+@torch.no_grad()
+def eval_reward(model: Any, tok: Any, examples: list[tasks.Example], samples: int, max_new_tokens: int,
+                seed: int, temperature: float = 1.0) -> dict[str, float]:
+    """Mean total and per-function reward of sampled completions on a fixed eval batch."""
+    torch.manual_seed(seed)
+    model.eval()
+    prompts = [e.prompt for e in examples for _ in range(samples)]
+    answers = [e.answer for e in examples for _ in range(samples)]
+    enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    out = model.generate(**enc, do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
+                         max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    completions = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    per = {f.__name__: float(np.mean(f(completions, answer=answers))) for f in tasks.REWARD_FUNCS}
+    model.train()
+    return {"reward": sum(per.values()), **{f"rewards/{k}/mean": v for k, v in per.items()}}
+
+
+def _hardware() -> str:
+    """CPU model name (or platform string when /proc/cpuinfo is missing)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def command_for(args: argparse.Namespace) -> str:
+    """Exact shell command that regenerates the run described by ``args``."""
+    parts = ["python", "-m", "bayes_grpo.experiments.generate"]
+    for key, value in sorted(vars(args).items()):
+        if key in ("func", "command", "out"):
+            continue
+        parts += [f"--{key.replace('_', '-')}", str(value)]
+    return shlex.join(parts + ["--out", str(args.out)])
+
+
+def generate_run(args: argparse.Namespace) -> Path:
+    """Run warm-up + GRPO as described by ``args``; write the CSV and meta.json; return the CSV path."""
+    import transformers
+    import trl
+    from datasets import Dataset
+    from transformers import PrinterCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    torch.set_num_threads(args.threads)
+    transformers.logging.set_verbosity_error()
+    if args.warmup_lr is None:
+        args.warmup_lr = WARMUP_LR[args.size]
+    seed_all(args.seed)
+    t0 = time.time()
+    tok = build_tokenizer()
+    model = build_model(args.family, args.size, len(tok), args.seed)
+    n_params, n_nonemb = count_params(model)
+    max_len = tasks.max_answer_length(args.task, args.digits) + 2
+
+    pool = tasks.make_examples(args.task, args.digits, args.warmup_examples, seed=args.seed + 1)
+    train = tasks.make_examples(args.task, args.digits, args.prompts, seed=args.seed + 2)
+    evalset = tasks.make_examples(args.task, args.digits, args.eval_prompts, seed=10_000)  # fixed across runs
+    warm_loss = warmup(model, tok, pool, args.noise, args.clean_steps, args.noisy_steps, args.warmup_lr,
+                       args.warmup_batch, args.seed)
+    init = eval_reward(model, tok, evalset, args.eval_samples, max_len, seed=args.seed)
+    t_warm = time.time() - t0
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = run_id(args)
+    config = GRPOConfig(
+        output_dir=str(out / f".{stem}.trainer"), use_cpu=True, bf16=False, fp16=False,
+        gradient_checkpointing=False, learning_rate=args.lr, lr_scheduler_type="constant", warmup_steps=0,
+        per_device_train_batch_size=args.prompts_per_step * args.num_generations,
+        num_generations=args.num_generations, max_completion_length=max_len, temperature=1.0, top_k=0,
+        num_train_epochs=args.epochs, logging_steps=1, report_to="none", save_strategy="no", seed=args.seed,
+        data_seed=args.seed, beta=0.0, loss_type="dapo", dataloader_num_workers=0, disable_tqdm=True,
+    )
+    dataset = Dataset.from_list([{"prompt": e.prompt, "answer": e.answer} for e in train])
+    trainer = GRPOTrainer(model=model, reward_funcs=list(tasks.REWARD_FUNCS), args=config, train_dataset=dataset,
+                          processing_class=tok)
+    trainer.remove_callback(PrinterCallback)
+    t1 = time.time()
+    trainer.train()
+    t_grpo = time.time() - t1
+    total_steps = int(trainer.state.global_step)
+    steps_per_epoch = math.ceil(total_steps / args.epochs)
+
+    rows = [h for h in trainer.state.log_history if "reward" in h and "step" in h]
+    cols = ["step", *(c for c in CSV_METRICS if c in rows[0]),
+            *sorted(c for c in rows[0] if c.startswith("rewards/"))]
+    df = pd.DataFrame([{c: r.get(c, np.nan) for c in cols} for r in rows])
+    for c in cols[1:]:
+        df[c] = df[c].astype(float).map(sig)
+    df["family"], df["params_b"], df["total_steps"] = args.family, sig(n_params / 1e9), total_steps
+    df.to_csv(out / f"{stem}.csv", index=False)
+
+    meta = {
+        "family": args.family, "architecture": type(model.config).__name__, "size": args.size,
+        "n_params": n_params, "n_params_non_embedding": n_nonemb, "params_b": sig(n_params / 1e9),
+        "task": f"{args.task}-{args.digits}digit", "reward_functions": {f.__name__: f.__doc__ for f in tasks.REWARD_FUNCS},
+        "reward_range": list(tasks.REWARD_RANGE), "initial_reward": sig(init["reward"]),
+        "initial_rewards": {k: sig(v) for k, v in init.items() if k != "reward"},
+        "initial_reward_eval": {"prompts": args.eval_prompts, "samples_per_prompt": args.eval_samples,
+                                "temperature": 1.0, "eval_seed": 10_000},
+        "steps_per_epoch": steps_per_epoch, "total_steps": total_steps, "epochs": args.epochs,
+        "prompts": args.prompts, "seeds": {"run": args.seed, "warmup_data": args.seed + 1,
+                                           "grpo_prompts": args.seed + 2, "eval_prompts": 10_000},
+        "warmup": {"clean_steps": args.clean_steps, "noisy_steps": args.noisy_steps, "label_noise": args.noise, "lr": args.warmup_lr,
+                   "batch": args.warmup_batch, "examples": args.warmup_examples, "final_loss": sig(warm_loss)},
+        "hyperparameters": {"learning_rate": args.lr, "lr_scheduler_type": "constant", "prompts_per_step": args.prompts_per_step,
+                            "num_generations": args.num_generations, "per_device_train_batch_size": config.per_device_train_batch_size,
+                            "max_completion_length": max_len, "temperature": 1.0, "beta": config.beta,
+                            "loss_type": config.loss_type, "epsilon": config.epsilon, "scale_rewards": config.scale_rewards,
+                            "num_iterations": config.num_iterations, "optimizer": str(config.optim)},
+        "versions": {"torch": torch.__version__, "trl": trl.__version__, "transformers": transformers.__version__,
+                     "python": platform.python_version()},
+        "hardware": f"CPU: {_hardware()} ({args.threads} thread)",
+        "wall_time_s": sig(time.time() - t0), "warmup_time_s": sig(t_warm), "grpo_time_s": sig(t_grpo),
+        "s_per_step": sig(t_grpo / max(total_steps, 1)),
+        "source": "bayes_grpo.experiments.generate", "command": command_for(args),
+    }
+    (out / f"{stem}.meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    return out / f"{stem}.csv"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the generator's options to ``p``."""
+    p.add_argument("--family", choices=FAMILIES, default="llama")
+    p.add_argument("--size", choices=list(SIZES), default="xs")
+    p.add_argument("--task", choices=sorted(tasks.TASKS), default="reverse")
+    p.add_argument("--digits", type=int, default=3)
+    p.add_argument("--noise", type=float, default=0.5, help="label-noise probability of the noisy warm-up phase")
+    p.add_argument("--clean-steps", type=int, default=250, help="warm-up steps on correct answers")
+    p.add_argument("--noisy-steps", type=int, default=100, help="warm-up steps on noisy answers")
+    p.add_argument("--warmup-lr", type=float, default=None, help="default: per size (models.WARMUP_LR)")
+    p.add_argument("--warmup-batch", type=int, default=64)
+    p.add_argument("--warmup-examples", type=int, default=4000)
+    p.add_argument("--lr", type=float, default=3e-4, help="GRPO learning rate")
+    p.add_argument("--prompts", type=int, default=2400, help="GRPO prompt set (one epoch)")
+    p.add_argument("--prompts-per-step", type=int, default=8)
+    p.add_argument("--num-generations", type=int, default=8)
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--eval-prompts", type=int, default=64)
+    p.add_argument("--eval-samples", type=int, default=8)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", default="data/runs")
+
+
+def add_generate_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register the ``generate`` sub-command on a CLI's ``subparsers``."""
+    p = subparsers.add_parser("generate", help="generate one bundled GRPO training run", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p)
+    p.set_defaults(func=run_generate)
+    return p
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    """CLI entry: generate the run and print the CSV path; returns the exit code."""
+    print(generate_run(args))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bayes_grpo.experiments.generate`` entry point."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p)
+    return run_generate(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
