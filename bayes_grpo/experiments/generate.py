@@ -13,7 +13,9 @@ import math
 import platform
 import random
 import shlex
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -155,8 +157,9 @@ def generate_run(args: argparse.Namespace) -> Path:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = run_id(args)
+    tmp = tempfile.mkdtemp(prefix="bayes_grpo_trainer_")  # trainer scratch; nothing is saved there
     config = GRPOConfig(
-        output_dir=str(out / f".{stem}.trainer"), use_cpu=True, bf16=False, fp16=False,
+        output_dir=tmp, use_cpu=True, bf16=False, fp16=False,
         gradient_checkpointing=False, learning_rate=args.lr, lr_scheduler_type="constant", warmup_steps=0,
         per_device_train_batch_size=args.prompts_per_step * args.num_generations,
         num_generations=args.num_generations, max_completion_length=max_len, temperature=1.0, top_k=0,
@@ -170,6 +173,7 @@ def generate_run(args: argparse.Namespace) -> Path:
     t1 = time.time()
     trainer.train()
     t_grpo = time.time() - t1
+    shutil.rmtree(tmp, ignore_errors=True)
     total_steps = int(trainer.state.global_step)
     steps_per_epoch = math.ceil(total_steps / args.epochs)
 
