@@ -47,7 +47,7 @@ def test_generate_smoke(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
-def test_bundled_runs_load() -> None:
+def test_bundled_runs_load(monkeypatch: pytest.MonkeyPatch) -> None:
     metas = sorted(RUNS.glob("*.meta.json"))
     if not metas:
         pytest.skip("no bundled runs yet")
@@ -56,10 +56,11 @@ def test_bundled_runs_load() -> None:
         assert META_KEYS <= set(meta), m.name
         df = pd.read_csv(m.with_name(m.name.replace(".meta.json", ".csv")))
         assert len(df) == meta["total_steps"] >= 300 and meta["total_steps"] >= meta["steps_per_epoch"]
-    from bayes_grpo.logs import load_runs
+    import bayes_grpo as bg
 
-    runs = load_runs(RUNS)
-    assert len(runs) == len(metas)
+    monkeypatch.delenv("BAYES_GRPO_DATA", raising=False)
+    runs = bg.load_runs()
+    assert sorted(r.run_id for r in runs) == sorted(m.name[: -len(".meta.json")] for m in metas)
     for run in runs:
         meta = run.meta
         assert meta.family in {"llama", "qwen2", "gpt_neox"}
