@@ -37,7 +37,7 @@ TRACE_VARS = ("gain_mu", "gain_sd", "gain_size", "gain_init", "tau_mu", "tau_sd"
 BENCHMARKS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 BENCHMARK_TABLES = {
     "calibration.md": ("Calibration of forecast intervals", "python benchmarks/calibration.py"),
-    "backtest.md": ("Backtest of the stopping rule", "python benchmarks/backtest.py"),
+    "backtest_stopping.md": ("Backtest of the stopping rule", "python benchmarks/backtest_stopping.py"),
 }
 MIN_SHOWN_STEPS = 20
 
@@ -316,7 +316,9 @@ def _loo_section(model: FittedModel, runs: Sequence[RunLog], comparison: pd.Data
         ))
         return body
     try:
-        loo = az.loo(_log_likelihood_idata(model, runs))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # high Pareto k is reported in the table instead
+            loo = az.loo(_log_likelihood_idata(model, runs))
     except ModelError as exc:
         return [_note(f"LOO not computed: {html.escape(str(exc))}.")]
     frame = pd.DataFrame({model.form: {"elpd_loo": loo.elpd_loo, "se": loo.se, "p_loo": loo.p_loo,
