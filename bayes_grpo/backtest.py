@@ -2,7 +2,7 @@
 
 A run is replayed as the :class:`~bayes_grpo.callback.PlateauStoppingCallback`
 would see it: ``total_steps`` is the run's last logged step, checks happen every
-``max(1, n // 50)`` logged points once ``min_fraction`` of the steps are done,
+``max(1, n // checks)`` logged points (50 checks by default) once ``min_fraction`` of the steps are done,
 and each check sees only the steps logged so far (``RunLog.head``).
 
 Scores (all computed from the full logged run, never shown to a rule):
@@ -75,10 +75,12 @@ class RunTrace:
         return int(self.indices[hits[0]]) if hits.size else None
 
 
-def trace(model: object, run: RunLog, *, source: str = "", min_fraction: float = 0.1, n_draws: int = 400) -> RunTrace:
+def trace(
+    model: object, run: RunLog, *, source: str = "", min_fraction: float = 0.1, checks: int = CHECKS_PER_RUN, n_draws: int = 400
+) -> RunTrace:
     """Forecast ``run`` at every check (as the callback would) and keep the gain draws."""
     run = run.with_meta(total_steps=int(run.steps[-1]))
-    indices = check_indices(run, min_fraction)
+    indices = check_indices(run, min_fraction, checks)
     gains, scales = [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -90,13 +90,12 @@ class PlateauStoppingCallback(TrainerCallback):
             decision = self._decide(state)
             if decision is None:
                 return
-            self._last_check = state.global_step
             self.decisions.append(decision)
             values = {PROBABILITY_KEY: decision.probability, GAIN_KEY: decision.expected_gain}
             logs.update(values)
             if state.log_history and state.log_history[-1].get("step") == state.global_step:
                 state.log_history[-1].update(values)
-            if decision.should_stop:
+            if decision.should_stop and state.global_step < state.max_steps:
                 control.should_training_stop = True
                 self.stopped_at = state.global_step
                 if self.verbose:
@@ -125,6 +124,7 @@ class PlateauStoppingCallback(TrainerCallback):
         rows = [(e["step"], e[key]) for e in state.log_history if key in e and "step" in e and e[key] is not None]
         if len(rows) < MIN_POINTS:
             return None
+        self._last_check = state.global_step  # a failing check is retried only after check_every steps
         if self.model is None:
             from bayes_grpo.model import default_model
 

@@ -47,6 +47,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, help="only the first N runs (smoke test)")
     parser.add_argument("--tolerances", default="0.005,0.01,0.02,0.05", help="comma-separated tolerances")
     parser.add_argument("--n-draws", type=int, default=400)
+    parser.add_argument("--checks", type=int, default=50, help="checks per run (every n // checks logged points)")
     args = parser.parse_args()
     model = bg.load_model(args.model) if args.model else bg.default_model()
     tolerances = [float(t) for t in args.tolerances.split(",")]
@@ -54,7 +55,7 @@ def main() -> None:
     traces, start = [], time.perf_counter()
     for source, run in _runs(args.limit):
         t0 = time.perf_counter()
-        traces.append(trace(model, run, source=source, n_draws=args.n_draws))
+        traces.append(trace(model, run, source=source, checks=args.checks, n_draws=args.n_draws))
         print(f"{source:8s} {run.run_id:50s} {len(run):5d} pts {len(traces[-1].indices):3d} checks {time.perf_counter() - t0:5.1f}s", flush=True)
     print(f"replayed {len(traces)} runs in {time.perf_counter() - start:.0f}s")
 
