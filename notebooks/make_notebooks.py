@@ -1,0 +1,193 @@
+"""Write the example notebooks (without outputs) from the cells below: ``python notebooks/make_notebooks.py``.
+
+Every notebook starts with the quick-mode switch: ``BAYES_GRPO_QUICK=1`` (CI, tests)
+uses a few runs and short sampler settings so that all three run in a few minutes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+HERE = Path(__file__).resolve().parent
+SETUP = """import os
+
+import arviz as az
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+import bayes_grpo as bg
+from bayes_grpo.report import horizon, pick_runs
+
+QUICK = os.environ.get("BAYES_GRPO_QUICK", "0") == "1"  # CI: few runs, short sampler runs
+pd.set_option("display.precision", 3)"""
+
+FIT_POSTERIOR = [
+    "# Fit the hierarchical reward-curve model\n\n"
+    "Every GRPO run in the bundled set is a reward curve `reward(step)`. The model describes each run as a "
+    "rise `r0 + gain * F(step / total_steps; tau, beta)` with noise, and ties the runs together: the gain and the "
+    "timescale `tau` of a run depend on its model family, its size and its initial reward, through population "
+    "effects that are learned from all runs at once (partial pooling). This notebook fits that hierarchy with "
+    "NUTS, checks that the sampler converged, and reads the effects.",
+    SETUP,
+    "## The runs\n\nThe bundled runs live in `data/runs` (`bg.load_runs()` reads them; pass a folder to read your own). "
+    "Each has metadata: model family, size in billions of parameters, planned steps.",
+    """runs = bg.load_runs()
+overview = pd.DataFrame(
+    [(r.run_id, r.family, r.params_b, len(r), r.total_steps) for r in runs],
+    columns=["run", "family", "params_b", "steps", "total_steps"],
+)
+overview.groupby("family").agg(runs=("run", "count"), sizes=("params_b", lambda s: sorted(set(s))))""",
+    """from bayes_grpo.report import data_figure
+
+data_figure(runs);""",
+    "## Fit\n\nIn quick mode the fit uses six runs and 150 draws per chain (about a minute); otherwise every run and "
+    "1000 draws per chain. `bg.fit` picks nutpie when it is installed.",
+    """fit_runs = pick_runs(runs, 6) if QUICK else runs
+model = bg.fit(fit_runs, draws=150 if QUICK else None, tune=150 if QUICK else None, progressbar=not QUICK)
+print(model.diagnostics)""",
+    "## Diagnostics\n\n`r_hat` close to 1 and a bulk ESS in the hundreds mean the chains agree and the draws are "
+    "informative; divergences point at a geometry the sampler could not explore. Quick-mode fits are rough.",
+    """population = ["gain_mu", "gain_sd", "gain_size", "gain_init", "tau_mu", "tau_sd", "tau_size", "tau_init", "beta_mu"]
+az.summary(model.idata, var_names=population, kind="diagnostics")""",
+    """az.plot_rank(model.idata, var_names=["gain_size", "gain_init", "tau_size", "tau_init"], kind="vlines", figsize=(10, 4))
+plt.tight_layout()""",
+    "## Population effects\n\n`gain_size` and `tau_size` say how the total gain and the (log) timescale of the rise "
+    "change per factor of 10 in model size; `gain_init` and `tau_init` how they change with the initial reward. An "
+    "interval away from zero is an effect the data support.",
+    """effects = ["gain_size", "gain_init", "tau_size", "tau_init"]
+az.plot_forest(model.idata, var_names=effects, combined=True, hdi_prob=0.9, figsize=(6, 3))
+plt.axvline(0, color="k", lw=0.6, ls=":");""",
+    """pd.DataFrame({name: {"P(effect > 0)": float((model.population[name] > 0).mean())} for name in effects}).T""",
+    "Family effects shift the gain and the timescale of every run of a family; a family the model has not seen "
+    "gets the population average with the between-family spread added.",
+    """az.plot_forest(model.idata, var_names=["fam_gain", "fam_tau"], combined=True, hdi_prob=0.9, figsize=(6, 4))
+plt.axvline(0, color="k", lw=0.6, ls=":");""",
+    "## Save and reuse\n\n`model.save(folder)` keeps the population posterior (and the full fit); `bg.load_model(folder)` "
+    "or `bayes-grpo forecast LOG --model folder` use it later. Here it goes to a temporary folder.",
+    """import tempfile
+
+saved = model.save(os.path.join(tempfile.mkdtemp(), "model"))
+bg.load_model(saved).families""",
+]
+
+FORECAST_A_RUN = [
+    "# Forecast a run from part of its steps\n\n"
+    "A forecast conditions one run on the steps it has logged so far and projects its mean reward to the planned "
+    "last step, with credible intervals. It uses the population posterior shipped with the package "
+    "(`bg.default_model()`), so no sampling is needed: a forecast takes well under a second.",
+    SETUP,
+    "## Read a TRL log\n\n`bg.read_log` takes a `trainer_state.json`, a TRL output folder (newest checkpoint), a "
+    "CSV/JSONL export or a console log. This tiny log comes from a real `GRPOTrainer` run on a toy model.",
+    """run = bg.read_log("../tests/fixtures/trl_tiny/trainer_state.json")
+print(run)
+run.table[["step", "reward", "reward_std"]].head()""",
+    "Model family and size are unknown here, so the forecast uses the population average; pass `family=` and "
+    "`params_b=` (or `--family`/`--params-b` on the command line) when you know them.",
+    """model = bg.default_model()
+fc = model.forecast(run.head(3), total_steps=run.total_steps)
+fc.to_frame()""",
+    "## A longer run, forecast from 30% of its steps\n\nOne of the bundled runs, cut at 30% of its steps; the grey "
+    "line is what happened next, which the forecast did not see.",
+    """runs = bg.load_runs()
+full = max(runs, key=len)
+cut = int(full.steps[int(0.3 * (len(full) - 1))])
+fc = model.forecast(full.head(cut), total_steps=horizon(full))
+fc.plot(truth=full)
+plt.legend(fontsize=7);""",
+    "The `fc.final` attribute is the posterior of the mean reward at the last planned step: its mean, quantiles and intervals.",
+    """final = fc.final
+pd.DataFrame(
+    {"mean": [final.mean], "median": [final.quantile(0.5)], "50% interval": [final.interval(0.5)],
+     "90% interval": [final.interval(0.9)], "actual (last 10% of steps)": [full.rewards[-max(1, len(full) // 10):].mean()]}
+)""",
+    "## Intervals narrow as the run goes on\n\nThe same run forecast from more and more of its steps.",
+    """fractions = [0.1, 0.2, 0.3, 0.5] if QUICK else [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
+rows = []
+for frac in fractions:
+    step = int(full.steps[int(frac * (len(full) - 1))])
+    f = model.forecast(full.head(step), total_steps=horizon(full)).final
+    rows.append((frac, step, f.mean, *f.interval(0.9)))
+intervals = pd.DataFrame(rows, columns=["fraction", "step", "mean", "q05", "q95"])
+ax = plt.subplots(figsize=(6, 3))[1]
+ax.fill_between(intervals.fraction, intervals.q05, intervals.q95, alpha=0.3, label="90% interval of the final reward")
+ax.plot(intervals.fraction, intervals["mean"], "o-", label="forecast mean")
+ax.axhline(full.rewards[-max(1, len(full) // 10):].mean(), color="k", ls=":", label="actual")
+ax.set_xlabel("fraction of steps seen")
+ax.set_ylabel("final reward")
+ax.legend(fontsize=7);""",
+]
+
+STOPPING_RULE = [
+    "# When to stop: the plateau stopping rule\n\n"
+    "At any step, the forecast gives a posterior over the reward still to gain before the planned end. The stop "
+    "probability is the posterior probability that this remaining gain is below a tolerance (1% of the reward range "
+    "by default). The rule stops when it reaches a threshold (0.9 by default); `compute_saved` is the fraction of "
+    "the planned steps not run.",
+    SETUP,
+    """model = bg.default_model()
+runs = bg.load_runs()
+run = max(runs, key=len)
+run""",
+    "## Stop probability through a run\n\nThe probability at each point is computed from the steps logged up to "
+    "that point only, as `PlateauStoppingCallback` would see it during training.",
+    """from bayes_grpo.report import stop_curve
+
+curve = stop_curve(model, run, n_points=8 if QUICK else 20)
+fig, ax = plt.subplots(figsize=(7, 3))
+ax.plot(curve.step, curve.probability, "o-", color="C3", label="stop probability")
+ax.axhline(0.9, color="C3", ls=":", lw=0.8, label="threshold 0.9")
+ax.set_ylim(0, 1.02)
+ax.set_xlabel("step")
+ax.set_ylabel("P(plateau)")
+reward_ax = ax.twinx()
+reward_ax.plot(run.steps, run.rewards, color="0.7", lw=0.6)
+reward_ax.set_ylabel("reward")
+ax.legend(fontsize=7, loc="upper left");""",
+    "## One decision, explained\n\n`stop_decision` returns the evidence: probability, expected remaining gain with "
+    "its interval, the step where the curve plateaus, and the compute saved by stopping now.",
+    """crossed = curve[curve.probability >= 0.9]
+step = int(crossed.step.iloc[0]) if len(crossed) else int(curve.step.iloc[-1])
+decision = model.stop_decision(run.head(step), total_steps=horizon(run))
+print(decision.explain())
+pd.Series({k: decision.to_dict()[k] for k in ("step", "probability", "expected_gain", "plateau_step", "compute_saved", "should_stop")})""",
+    "## Against simple rules\n\nThe backtest replays finished runs and scores each rule by the compute it saves and "
+    "its *regret*: the share of the run's smoothed reward range that stopping there gave up. Baselines: stop at a "
+    "fixed fraction of the steps, or after `patience` checks without a new best smoothed reward (like "
+    "`EarlyStoppingCallback`). `benchmarks/backtest_stopping.py` runs this on every run.",
+    """from bayes_grpo import backtest
+
+sample = pick_runs(runs, 3 if QUICK else len(runs))
+traces = [backtest.trace(model, r, checks=10 if QUICK else 50, n_draws=200 if QUICK else 400) for r in sample]
+results = backtest.evaluate(traces, thresholds=[0.8, 0.9, 0.95], tolerances=[0.01])
+backtest.summarise(results)[["rule", "threshold", "runs", "mean_saved", "median_regret", "share_regret_gt_0.05"]]""",
+    "A good rule saves much compute with little regret. Fixed fractions ignore the run; patience rules react to "
+    "noise; the Bayesian rule stops once the forecast says little is left, which also tells you how sure it is.",
+]
+
+NOTEBOOKS = {
+    "01_fit_posterior.ipynb": FIT_POSTERIOR,
+    "02_forecast_a_run.ipynb": FORECAST_A_RUN,
+    "03_stopping_rule.ipynb": STOPPING_RULE,
+}
+
+
+def build(cells: list[str]) -> nbformat.NotebookNode:
+    """A notebook without outputs: prose cells start with '#' or a capital letter, code cells never do."""
+    return new_notebook(
+        cells=[new_markdown_cell(c) if c[0] == "#" or c[0].isupper() else new_code_cell(c) for c in cells],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
+
+
+def main() -> None:
+    for name, cells in NOTEBOOKS.items():
+        nbformat.write(build(cells), HERE / name)
+        print(f"wrote {HERE / name}")
+
+
+if __name__ == "__main__":
+    main()

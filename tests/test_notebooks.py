@@ -1,0 +1,40 @@
+"""The example notebooks run top to bottom in quick mode (as CI does), and are committed without outputs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from bayes_grpo.model import DEFAULT_MODEL_DIR
+
+pytestmark = pytest.mark.slow
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+NAMES = ["01_fit_posterior.ipynb", "02_forecast_a_run.ipynb", "03_stopping_rule.ipynb"]
+NEEDS_DEFAULT_MODEL = {"02_forecast_a_run.ipynb", "03_stopping_rule.ipynb"}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_without_outputs(name):
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    code = [c for c in notebook.cells if c.cell_type == "code"]
+    assert code and all(not c.outputs and c.execution_count is None for c in code)
+    assert 'QUICK = os.environ.get("BAYES_GRPO_QUICK", "0") == "1"' in code[0].source
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_runs_in_quick_mode(name, monkeypatch):
+    from nbclient import NotebookClient
+
+    if name in NEEDS_DEFAULT_MODEL and not (DEFAULT_MODEL_DIR / "population.nc").is_file():
+        pytest.skip(f"the shipped model {DEFAULT_MODEL_DIR} is not built yet")
+    monkeypatch.setenv("BAYES_GRPO_QUICK", "1")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    outputs = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert any("image/png" in o.get("data", {}) for o in outputs), "no figure drawn"
+    assert os.environ["BAYES_GRPO_QUICK"] == "1"
