@@ -211,6 +211,41 @@ def _run_forecast(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _add_stop_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "stop",
+        help="decide whether to stop a run now (plateau stopping rule)",
+        description="Probability that less than TOLERANCE x the reward scale remains to gain by total_steps, and "
+        "the stop/continue decision at THRESHOLD (or, with --value-per-reward and --cost-per-step, by expected value).",
+    )
+    parser.add_argument("log", metavar="LOG", help="log file or TRL output folder")
+    parser.add_argument("--at", type=int, metavar="STEP", help="decide as if the run had only reached STEP")
+    parser.add_argument("--model", metavar="DIR", help="a model saved by 'bayes-grpo fit' (default: the shipped model)")
+    parser.add_argument("--threshold", type=float, default=0.9, help="stop when the probability reaches this (default 0.9)")
+    parser.add_argument("--tolerance", type=float, default=0.01, help="fraction of the reward scale that counts as no gain (default 0.01)")
+    parser.add_argument("--relative-to", choices=("range", "gain"), default="range", help="reward scale: range/spread (default) or gain so far")
+    parser.add_argument("--value-per-reward", type=float, help="worth of one unit of reward (decision-theoretic mode)")
+    parser.add_argument("--cost-per-step", type=float, help="cost of one training step, same currency (decision-theoretic mode)")
+    parser.add_argument("--json", action="store_true", help="print the decision as JSON")
+    _add_run_metadata_args(parser)
+
+
+def _run_stop(args: argparse.Namespace) -> int:
+    import json
+
+    from bayes_grpo.logs import read_log
+
+    run = read_log(args.log, family=args.family, params_b=args.params_b, total_steps=args.total_steps)
+    if args.at is not None:
+        run = run.head(args.at)
+    decision = _load_model(args.model).stop_decision(
+        run, total_steps=args.total_steps, threshold=args.threshold, tolerance=args.tolerance,
+        relative_to=args.relative_to, value_per_reward=args.value_per_reward, cost_per_step=args.cost_per_step,
+    )
+    print(json.dumps(decision.to_dict(), indent=2) if args.json else decision.explain())
+    return EXIT_OK
+
+
 def _add_report_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "report",
@@ -307,6 +342,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable
     "inspect": (_add_inspect_parser, _run_inspect),
     "fit": (_add_fit_parser, _run_fit),
     "forecast": (_add_forecast_parser, _run_forecast),
+    "stop": (_add_stop_parser, _run_stop),
     "report": (_add_report_parser, _run_report),
     "demo": (_add_demo_parser, _run_demo),
 }
