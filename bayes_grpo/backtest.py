@@ -9,6 +9,7 @@ Scores (all computed from the full logged run, never shown to a rule):
 
 * *smoothed reward*: trailing rolling mean over ``max(1, round(0.1 n))`` logged points;
 * *spread*: max - min of the smoothed curve (per-step noise does not inflate it);
+  ``regret_raw`` divides by max - min of the raw per-step rewards instead;
 * *regret* of stopping at step s: (smoothed final reward - smoothed reward at s) / spread,
   signed (negative when the run got worse after s); 0 for a run the rule never stops;
 * *saved*: (last step - s) / last step.
@@ -44,15 +45,17 @@ def check_indices(run: RunLog, min_fraction: float = 0.1, checks: int = CHECKS_P
     return np.arange(first, n, every)
 
 
-def score(run: RunLog, stop_index: int | None) -> tuple[float, float, int]:
-    """(regret, saved, stop step) of stopping ``run`` at logged index ``stop_index`` (None: never)."""
+def score(run: RunLog, stop_index: int | None) -> dict[str, float]:
+    """regret, regret_raw, saved and stop_step of stopping ``run`` at logged index ``stop_index`` (None: never)."""
     steps = run.steps
     if stop_index is None:
-        return 0.0, 0.0, int(steps[-1])
+        return {"stop_step": int(steps[-1]), "saved": 0.0, "regret": 0.0, "regret_raw": 0.0}
     curve = smoothed(run.rewards)
-    spread = float(curve.max() - curve.min())
-    regret = 0.0 if spread <= 0 else float((curve[-1] - curve[stop_index]) / spread)
-    return regret, float((steps[-1] - steps[stop_index]) / steps[-1]), int(steps[stop_index])
+    loss = float(curve[-1] - curve[stop_index])
+    spreads = float(curve.max() - curve.min()), float(run.rewards.max() - run.rewards.min())
+    regret, regret_raw = (0.0 if spread <= 0 else loss / spread for spread in spreads)
+    saved = float((steps[-1] - steps[stop_index]) / steps[-1])
+    return {"stop_step": int(steps[stop_index]), "saved": saved, "regret": regret, "regret_raw": regret_raw}
 
 
 @dataclass
@@ -154,18 +157,16 @@ def baseline_rules() -> dict[str, Callable[[RunLog, np.ndarray], int | None]]:
 
 
 def evaluate(traces: Iterable[RunTrace], thresholds: Iterable[float], tolerances: Iterable[float]) -> pd.DataFrame:
-    """One row per (run, rule): rule, threshold, tolerance, stop step, saved, regret."""
+    """One row per (run, rule): rule, threshold, tolerance and the :func:`score` fields."""
     rows = []
     baselines = baseline_rules()
     for tr in traces:
         base = {"run_id": tr.run.run_id, "source": tr.source, "n_points": len(tr.run)}
         for tol in tolerances:
             for thr in thresholds:
-                regret, saved, step = score(tr.run, tr.stop_index(thr, tol))
-                rows.append({**base, "rule": "bayes", "threshold": thr, "tolerance": tol, "stop_step": step, "saved": saved, "regret": regret})
+                rows.append({**base, "rule": "bayes", "threshold": thr, "tolerance": tol, **score(tr.run, tr.stop_index(thr, tol))})
         for name, rule in baselines.items():
-            regret, saved, step = score(tr.run, rule(tr.run, tr.indices))
-            rows.append({**base, "rule": name, "threshold": np.nan, "tolerance": np.nan, "stop_step": step, "saved": saved, "regret": regret})
+            rows.append({**base, "rule": name, "threshold": np.nan, "tolerance": np.nan, **score(tr.run, rule(tr.run, tr.indices))})
     return pd.DataFrame(rows)
 
 
@@ -179,6 +180,8 @@ def summarise(results: pd.DataFrame, by: list[str] | None = None) -> pd.DataFram
             "mean_saved": grouped["saved"].mean(),
             "median_regret": grouped["regret"].median(),
             "share_regret_gt_0.05": grouped["regret"].apply(lambda r: float(np.mean(r > 0.05))),
+            "median_regret_raw": grouped["regret_raw"].median(),
+            "share_regret_raw_gt_0.05": grouped["regret_raw"].apply(lambda r: float(np.mean(r > 0.05))),
             "share_stopped": grouped["saved"].apply(lambda s: float(np.mean(s > 0))),
         }
     ).reset_index()

@@ -9,12 +9,13 @@ Replays every bundled run (``data/runs``) and every external real run
 
 Usage::
 
-    python benchmarks/backtest_stopping.py [--model DIR] [--limit N] [--tolerances 0.01,0.02]
+    python benchmarks/backtest_stopping.py [--model DIR] [--limit N] [--tolerances 0.01,0.02] [--traces CACHE.pkl]
 """
 
 from __future__ import annotations
 
 import argparse
+import pickle
 import time
 from pathlib import Path
 
@@ -47,17 +48,23 @@ def main() -> None:
     parser.add_argument("--limit", type=int, help="only the first N runs (smoke test)")
     parser.add_argument("--tolerances", default="0.005,0.01,0.02,0.05", help="comma-separated tolerances")
     parser.add_argument("--n-draws", type=int, default=400)
+    parser.add_argument("--traces", help="pickle file caching the replays: read when it exists, else written")
     parser.add_argument("--checks", type=int, default=50, help="checks per run (every n // checks logged points)")
     args = parser.parse_args()
-    model = bg.load_model(args.model) if args.model else bg.default_model()
     tolerances = [float(t) for t in args.tolerances.split(",")]
 
-    traces, start = [], time.perf_counter()
-    for source, run in _runs(args.limit):
-        t0 = time.perf_counter()
-        traces.append(trace(model, run, source=source, checks=args.checks, n_draws=args.n_draws))
-        print(f"{source:8s} {run.run_id:50s} {len(run):5d} pts {len(traces[-1].indices):3d} checks {time.perf_counter() - t0:5.1f}s", flush=True)
-    print(f"replayed {len(traces)} runs in {time.perf_counter() - start:.0f}s")
+    if args.traces and Path(args.traces).is_file():
+        traces = pickle.loads(Path(args.traces).read_bytes())
+    else:
+        model = bg.load_model(args.model) if args.model else bg.default_model()
+        traces, start = [], time.perf_counter()
+        for source, run in _runs(args.limit):
+            t0 = time.perf_counter()
+            traces.append(trace(model, run, source=source, checks=args.checks, n_draws=args.n_draws))
+            print(f"{source:8s} {run.run_id:50s} {len(run):5d} pts {len(traces[-1].indices):3d} checks {time.perf_counter() - t0:5.1f}s", flush=True)
+        print(f"replayed {len(traces)} runs in {time.perf_counter() - start:.0f}s")
+        if args.traces:
+            Path(args.traces).write_bytes(pickle.dumps(traces))
 
     results = evaluate(traces, THRESHOLDS, tolerances)
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -126,3 +126,17 @@ def test_model_stop_probability_monotone_in_tolerance_on_a_real_forecast() -> No
     assert all(a <= b for a, b in zip(probs, probs[1:]))
     decision = model.stop_decision(run, threshold=0.9, tolerance=0.01, n_draws=300)
     assert isinstance(decision, bg.StopDecision) and decision.step == 60 and decision.total_steps == 200
+
+
+def test_backtest_scores_regret_and_saved_from_the_smoothed_curve() -> None:
+    from bayes_grpo.backtest import check_indices, fixed_fraction, patience_rule, score
+
+    run = _run(np.r_[np.linspace(0.0, 1.0, 50), np.ones(50)], total=100)
+    assert score(run, None) == {"stop_step": 100, "saved": 0.0, "regret": 0.0, "regret_raw": 0.0}
+    early, late = score(run, 19), score(run, 79)
+    assert early["saved"] == pytest.approx(0.8) and early["regret"] > 0.5
+    assert late["regret"] == pytest.approx(0.0) and late["saved"] == pytest.approx(0.2)
+    indices = check_indices(run, min_fraction=0.1, checks=50)
+    assert indices[0] == 9 and np.all(np.diff(indices) == 2)
+    assert fixed_fraction(0.4)(run, indices) == 39
+    assert 50 < patience_rule(5)(run, indices) < 100
