@@ -13,6 +13,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 HERE = Path(__file__).resolve().parent
 SETUP = """import os
+import warnings
 
 import arviz as az
 import matplotlib.pyplot as plt
@@ -23,7 +24,8 @@ import bayes_grpo as bg
 from bayes_grpo.report import horizon, pick_runs
 
 QUICK = os.environ.get("BAYES_GRPO_QUICK", "0") == "1"  # CI: few runs, short sampler runs
-pd.set_option("display.precision", 3)"""
+pd.set_option("display.precision", 3)
+warnings.filterwarnings("ignore", message=".*(idata_kwargs|BLAS|PatientPruner).*")  # library chatter"""
 
 FIT_POSTERIOR = [
     "# Fit the hierarchical reward-curve model\n\n"

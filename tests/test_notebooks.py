@@ -31,7 +31,6 @@ def test_notebook_runs_in_quick_mode(name, monkeypatch):
     if name in NEEDS_DEFAULT_MODEL and not (DEFAULT_MODEL_DIR / "population.nc").is_file():
         pytest.skip(f"the shipped model {DEFAULT_MODEL_DIR} is not built yet")
     monkeypatch.setenv("BAYES_GRPO_QUICK", "1")
-    monkeypatch.setenv("MPLBACKEND", "Agg")
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
     NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
     outputs = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs]
