@@ -30,14 +30,14 @@ from scipy.special import gammaln, logsumexp
 from bayes_grpo.curves import plateau_progress, reward_curve
 from bayes_grpo.errors import ModelError
 from bayes_grpo.logs import RunLog
-from bayes_grpo.prepare import PreparedRun, bin_observations, prepare_run
+from bayes_grpo.prepare import PreparedRun, bin_observations, centred_size, prepare_run
 
 if TYPE_CHECKING:
     from bayes_grpo.model import FittedModel
 
 PARAMS = ("r0", "asinh_gain", "log_tau", "log_beta", "log_sigma")
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
-MAX_LIKELIHOOD_BINS = 200
+MAX_LIKELIHOOD_BINS = 120
 MAX_GRID_POINTS = 500
 DEFAULT_DRIFT = 0.0
 
@@ -148,32 +148,32 @@ class Forecast:
 class _PopulationPrior:
     """Population posterior predictive of one run's parameters: Normal per draw, mixed over draws."""
 
-    def __init__(self, model: "FittedModel", prepared: PreparedRun, initial_z: float | None):
-        pop = model.population.stack(sample=("chain", "draw"))
+    def __init__(self, model: "FittedModel", prepared: PreparedRun, initial_z: float | None, rng: np.random.Generator, n_components: int = 128):
+        pop = model.population_arrays()
         k = prepared.kind_index
-        x, i = prepared.log10_size, prepared.initial_cov
-        gain_mu = pop["gain_mu"].values[k]
-        gain_sd = pop["gain_sd"].values[k]
+        x, i = centred_size(prepared, model.config["size_centres"]), prepared.initial_cov
+        gain_mu = pop["gain_mu"][k]
+        gain_sd = pop["gain_sd"][k]
         families = model.families
         if prepared.family in families:
             f = families.index(prepared.family)
-            fam_gain, fam_gain_var = pop["fam_gain"].values[f], 0.0
-            fam_tau, fam_tau_var = pop["fam_tau"].values[f], 0.0
+            fam_gain, fam_gain_var = pop["fam_gain"][f], 0.0
+            fam_tau, fam_tau_var = pop["fam_tau"][f], 0.0
         else:
-            fam_gain, fam_gain_var = 0.0, pop["fam_gain_sd"].values ** 2
-            fam_tau, fam_tau_var = 0.0, pop["fam_tau_sd"].values ** 2
+            fam_gain, fam_gain_var = 0.0, pop["fam_gain_sd"] ** 2
+            fam_tau, fam_tau_var = 0.0, pop["fam_tau_sd"] ** 2
         start = initial_z if initial_z is not None else _start_level(prepared)
-        r0_sd = pop["r0_sd"].values[k]
+        r0_sd = pop["r0_sd"][k]
         if initial_z is not None:
-            r0_sd = np.minimum(r0_sd, 0.02 if prepared.kind == "range" else 0.3)
+            r0_sd = np.minimum(r0_sd, 0.02 if prepared.kind == "range" else 0.1)
         n = gain_mu.size
         self.mean = np.stack(
             [
                 np.full(n, start),
-                gain_mu + gain_sd * (fam_gain + pop["gain_size"].values * x + pop["gain_init"].values * i),
-                pop["tau_mu"].values + fam_tau + pop["tau_size"].values * x + pop["tau_init"].values * i,
-                pop["beta_mu"].values if model.form != "exponential" else np.zeros(n),
-                pop["sig_mu"].values[k],
+                gain_mu + gain_sd * (fam_gain + pop["gain_size"] * x + pop["gain_init"] * i),
+                pop["tau_mu"] + fam_tau + pop["tau_size"] * x + pop["tau_init"] * i,
+                pop["beta_mu"] if model.form != "exponential" else np.zeros(n),
+                pop["sig_mu"][k],
             ],
             axis=1,
         )
@@ -181,23 +181,26 @@ class _PopulationPrior:
             [
                 r0_sd,
                 gain_sd * np.sqrt(1.0 + fam_gain_var),
-                np.sqrt(pop["tau_sd"].values ** 2 + fam_tau_var),
-                pop["beta_sd"].values if model.form != "exponential" else np.full(n, 1e-9),
-                pop["sig_sd"].values[k],
+                np.sqrt(pop["tau_sd"] ** 2 + fam_tau_var),
+                pop["beta_sd"] if model.form != "exponential" else np.full(n, 1e-9),
+                pop["sig_sd"][k],
             ],
             axis=1,
         )
+        self.components = rng.choice(n, size=min(n_components, n), replace=False)
 
     def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
         rows = rng.integers(0, self.mean.shape[0], size)
         return self.mean[rows] + self.sd[rows] * rng.standard_normal((size, len(PARAMS)))
 
-    def logpdf(self, theta: np.ndarray, rng: np.random.Generator, n_components: int = 200) -> np.ndarray:
-        rows = rng.choice(self.mean.shape[0], size=min(n_components, self.mean.shape[0]), replace=False)
-        mean, sd = self.mean[rows], self.sd[rows]
-        diff = (theta[:, None, :] - mean[None]) / sd[None]
-        log_comp = -0.5 * np.sum(diff**2, axis=2) - np.sum(np.log(sd), axis=1)[None] - 0.5 * len(PARAMS) * np.log(2 * np.pi)
-        return logsumexp(log_comp, axis=1) - np.log(rows.size)
+    def logpdf(self, theta: np.ndarray) -> np.ndarray:
+        """Log density of the mixture (over a fixed random subset of posterior draws), by matrix products."""
+        rows = self.components
+        precision = 1.0 / self.sd[rows] ** 2
+        mean = self.mean[rows]
+        quad = (theta**2) @ precision.T - 2.0 * theta @ (mean * precision).T + np.sum(mean**2 * precision, axis=1)[None]
+        log_norm = -np.sum(np.log(self.sd[rows]), axis=1) - 0.5 * len(PARAMS) * np.log(2 * np.pi)
+        return logsumexp(log_norm[None] - 0.5 * quad, axis=1) - np.log(rows.size)
 
 
 def _start_level(p: PreparedRun) -> float:
@@ -226,37 +229,109 @@ def condition(
     model: "FittedModel",
     prepared: PreparedRun,
     *,
-    n_particles: int = 4000,
-    rounds: int = 3,
+    n_particles: int = 3000,
     seed: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Importance-sample the run's parameters given its steps: (particles, normalised log weights)."""
+    """Importance-sample the run's parameters given its steps: (particles, normalised log weights).
+
+    1. Particles from the population prior, weighted by the likelihood: enough
+       when the run has few steps (weights stay spread out).
+    2. Otherwise the posterior is peaked: find its mode (L-BFGS from the best
+       particles), take a Laplace covariance from a finite-difference Hessian and
+       propose from a multivariate t around it, mixed with the prior (defensive
+       importance sampling keeps the "not taken off yet" mode if it has mass).
+    3. If weights are still degenerate, refit the proposal to the weighted
+       particles once more (moment matching).
+    """
     rng = np.random.default_rng(seed)
-    prior = _PopulationPrior(model, prepared, prepared.initial_z)
+    prior = _PopulationPrior(model, prepared, prepared.initial_z, rng)
     t, z, counts = bin_observations(prepared.t, prepared.z, MAX_LIKELIHOOD_BINS)
     nu = float(model.config.get("student_nu", 4.0))
+
+    def log_lik(theta: np.ndarray) -> np.ndarray:
+        return _student_t_loglik(model.form, theta, t, z, counts, nu)
+
     theta = prior.sample(rng, n_particles)
-    log_w = _student_t_loglik(model.form, theta, t, z, counts, nu)
-    for _ in range(rounds):
-        if _ess(log_w) >= 0.25 * n_particles:
+    log_w = log_lik(theta)
+    if _ess(log_w) >= 0.25 * n_particles:
+        return theta, log_w - logsumexp(log_w)
+
+    mode, cov = _laplace(lambda x: log_lik(x) + prior.logpdf(x), theta[np.argsort(log_w)[-2:]])
+    for _ in range(2):
+        n_local = int(0.8 * n_particles)
+        local = _mvt_sample(rng, mode, cov, n_local)
+        theta = np.vstack([local, prior.sample(rng, n_particles - n_local)])
+        log_prior = prior.logpdf(theta)
+        log_q = np.logaddexp(np.log(0.8) + _mvt_logpdf(theta, mode, cov), np.log(0.2) + log_prior)
+        log_w = log_prior + log_lik(theta) - log_q
+        if _ess(log_w) >= 0.1 * n_particles:
             break
         w = np.exp(log_w - logsumexp(log_w))
-        mean = w @ theta
-        cov = np.cov(theta.T, aweights=w + 1e-300) * 2.0 + np.diag(np.full(len(PARAMS), 1e-6))
-        n_local = int(0.8 * n_particles)
-        local = rng.multivariate_normal(mean, cov, size=n_local, method="cholesky")
-        theta = np.vstack([local, prior.sample(rng, n_particles - n_local)])
-        log_prior = prior.logpdf(theta, rng)
-        log_local = _mvn_logpdf(theta, mean, cov)
-        log_q = np.logaddexp(np.log(0.8) + log_local, np.log(0.2) + log_prior)
-        log_w = log_prior + _student_t_loglik(model.form, theta, t, z, counts, nu) - log_q
+        mode = w @ theta
+        cov = np.cov(theta.T, aweights=w + 1e-300) * 1.5 + np.diag(np.full(len(PARAMS), 1e-8))
     return theta, log_w - logsumexp(log_w)
 
 
-def _mvn_logpdf(x: np.ndarray, mean: np.ndarray, cov: np.ndarray) -> np.ndarray:
+_T_DF = 5.0
+
+
+def _laplace(log_post: Any, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mode of ``log_post`` (vectorised over rows) and a positive-definite inverse-Hessian covariance."""
+    from scipy.optimize import minimize
+
+    dim, h = starts.shape[1], 1e-5
+    steps = np.vstack([np.zeros(dim), np.eye(dim) * h])
+
+    def objective(x: np.ndarray) -> tuple[float, np.ndarray]:
+        # Value and forward-difference gradient from one vectorised evaluation.
+        values = log_post(x[None] + steps)
+        if not np.all(np.isfinite(values)):
+            return 1e300, np.zeros(dim)
+        return -values[0], -(values[1:] - values[0]) / h
+
+    best = min((minimize(objective, x0, jac=True, method="BFGS", options={"gtol": 1e-2, "maxiter": 40}) for x0 in starts), key=lambda r: r.fun)
+    mode = best.x
+    h = 1e-3
+    # Central-difference Hessian, all perturbed points evaluated in one vectorised call.
+    eye = np.eye(dim) * h
+    points = [mode]
+    for i in range(dim):
+        for j in range(dim):
+            points += [mode + eye[i] + eye[j], mode + eye[i] - eye[j], mode - eye[i] + eye[j], mode - eye[i] - eye[j]]
+    values = log_post(np.array(points))
+    hessian = np.empty((dim, dim))
+    k = 1
+    for i in range(dim):
+        for j in range(dim):
+            pp, pm_, mp, mm = values[k : k + 4]
+            hessian[i, j] = (pp - pm_ - mp + mm) / (4 * h * h)
+            k += 4
+    precision = -(hessian + hessian.T) / 2
+    eigval, eigvec = np.linalg.eigh(precision)
+    eigval = np.clip(eigval, 1e-2, 1e8)
+    cov = (eigvec / eigval) @ eigvec.T
+    return mode, cov * 1.5
+
+
+def _mvt_sample(rng: np.random.Generator, mode: np.ndarray, cov: np.ndarray, size: int) -> np.ndarray:
     chol = np.linalg.cholesky(cov)
-    solved = np.linalg.solve(chol, (x - mean).T)
-    return -0.5 * np.sum(solved**2, axis=0) - np.sum(np.log(np.diag(chol))) - 0.5 * mean.size * np.log(2 * np.pi)
+    normal = rng.standard_normal((size, mode.size)) @ chol.T
+    scale = np.sqrt(rng.chisquare(_T_DF, size) / _T_DF)
+    return mode + normal / scale[:, None]
+
+
+def _mvt_logpdf(x: np.ndarray, mode: np.ndarray, cov: np.ndarray) -> np.ndarray:
+    chol = np.linalg.cholesky(cov)
+    solved = np.linalg.solve(chol, (x - mode).T)
+    maha = np.sum(solved**2, axis=0)
+    dim = mode.size
+    return (
+        gammaln((_T_DF + dim) / 2)
+        - gammaln(_T_DF / 2)
+        - 0.5 * dim * np.log(_T_DF * np.pi)
+        - np.sum(np.log(np.diag(chol)))
+        - (_T_DF + dim) / 2 * np.log1p(maha / _T_DF)
+    )
 
 
 def forecast(

@@ -13,8 +13,8 @@ the initial reward:
     r0_r       = start_r + r0_sd[k] * e
     log sig_r  = sig_mu[k] + sig_sd[k] * e
 
-``k`` is the scale kind (declared reward range, or learned noise units), ``x`` the
-centred log10 size and ``i`` the centred initial reward. The sinh keeps small gains near-Normal while giving
+``k`` is the scale kind (declared reward range, or a unit learned from the run's own spread), ``x`` the
+log10 size (centred within each kind) and ``i`` the centred initial reward. The sinh keeps small gains near-Normal while giving
 the heavy right tail of real runs (most gain a few noise units, a few gain
 tens) without spreading prior mass evenly over huge gains. A gain near zero or a
 timescale beyond the horizon is how the model says "no take-off (yet)".
@@ -46,7 +46,7 @@ import xarray as xr
 from bayes_grpo.curves import CURVE_FORMS, reward_curve
 from bayes_grpo.errors import ModelError
 from bayes_grpo.logs import RunLog, RunSet
-from bayes_grpo.prepare import SCALE_KINDS, PreparedRun, bin_observations, prepare_run
+from bayes_grpo.prepare import SCALE_KINDS, PreparedRun, bin_observations, centred_size, prepare_run, size_centres
 
 STUDENT_NU = 4.0
 # Prior centre of log(beta) per form: a mild slow start for the Weibull, a
@@ -72,8 +72,11 @@ def _prepare_all(runs: Iterable[RunLog]) -> list[PreparedRun]:
     return prepared
 
 
-def build_model(prepared: list[PreparedRun], form: str = "weibull", max_bins: int = 60) -> Any:
-    """Build the hierarchical PyMC model for prepared runs (observations binned)."""
+def build_model(prepared: list[PreparedRun], form: str = "weibull", max_bins: int = 60, centres: list[float] | None = None) -> Any:
+    """Build the hierarchical PyMC model for prepared runs (observations binned).
+
+    ``centres`` are the per-kind log10-size centres (default: computed from ``prepared``).
+    """
     import pymc as pm
     import pytensor.tensor as pt
 
@@ -82,7 +85,8 @@ def build_model(prepared: list[PreparedRun], form: str = "weibull", max_bins: in
     families = sorted({p.family or "unknown" for p in prepared})
     fam_index = np.array([families.index(p.family or "unknown") for p in prepared])
     kind_index = np.array([p.kind_index for p in prepared])
-    size = np.array([p.log10_size for p in prepared])
+    centres = centres if centres is not None else size_centres(prepared)
+    size = np.array([centred_size(p, centres) for p in prepared])
     init = np.array([p.initial_cov for p in prepared])
     start = np.array([_start_level(p) for p in prepared])
     t_obs, z_obs, counts, run_of_obs = [], [], [], []
@@ -104,8 +108,8 @@ def build_model(prepared: list[PreparedRun], form: str = "weibull", max_bins: in
         init_data = pm.Data("initial_cov", init, dims="run")
         start_data = pm.Data("start", start, dims="run")
 
-        gain_mu = pm.Normal("gain_mu", mu=np.array([0.3, 1.0]), sigma=np.array([0.3, 1.0]), dims="kind")
-        gain_sd = pm.HalfNormal("gain_sd", sigma=np.array([0.3, 1.0]), dims="kind")
+        gain_mu = pm.Normal("gain_mu", mu=np.array([0.3, 0.5]), sigma=np.array([0.3, 0.5]), dims="kind")
+        gain_sd = pm.HalfNormal("gain_sd", sigma=np.array([0.3, 0.5]), dims="kind")
         gain_size = pm.Normal("gain_size", 0.0, 0.5)
         gain_init = pm.Normal("gain_init", 0.0, 1.0)
         fam_gain_sd = pm.HalfNormal("fam_gain_sd", 0.5)
@@ -120,8 +124,8 @@ def build_model(prepared: list[PreparedRun], form: str = "weibull", max_bins: in
 
         beta_mu = pm.Normal("beta_mu", BETA_PRIOR_CENTRE[form], 0.5)
         beta_sd = pm.HalfNormal("beta_sd", 0.5)
-        r0_sd = pm.HalfNormal("r0_sd", sigma=np.array([0.1, 1.5]), dims="kind")
-        sig_mu = pm.Normal("sig_mu", mu=np.array([np.log(0.05), 0.0]), sigma=np.array([1.0, 0.5]), dims="kind")
+        r0_sd = pm.HalfNormal("r0_sd", sigma=np.array([0.1, 0.3]), dims="kind")
+        sig_mu = pm.Normal("sig_mu", mu=np.array([np.log(0.05), np.log(0.3)]), sigma=np.array([1.0, 0.7]), dims="kind")
         sig_sd = pm.HalfNormal("sig_sd", 0.5, dims="kind")
 
         kind = kind_index
@@ -155,7 +159,7 @@ def _start_level(p: PreparedRun) -> float:
     """Prior centre of a run's initial reward: its declared initial reward, else its first logged rewards."""
     if p.initial_z is not None:
         return p.initial_z
-    if p.kind == "noise" or p.z.size == 0:
+    if p.kind == "learned" or p.z.size == 0:
         return 0.0
     return float(np.median(p.z[: max(3, min(10, p.z.size // 5))]))
 
@@ -204,10 +208,18 @@ class FittedModel:
     config: dict[str, Any] = field(default_factory=dict)
     idata: az.InferenceData | None = None
     diagnostics: FitDiagnostics | None = None
+    _arrays: dict[str, np.ndarray] | None = field(default=None, init=False, repr=False)
 
     @property
     def families(self) -> list[str]:
         return [str(f) for f in self.population["family"].values]
+
+    def population_arrays(self) -> dict[str, np.ndarray]:
+        """Posterior draws as NumPy arrays with the sample axis last (cached: the live path reads these)."""
+        if self._arrays is None:
+            stacked = self.population.stack(sample=("chain", "draw"))
+            self._arrays = {name: np.asarray(stacked[name].values) for name in stacked.data_vars}
+        return self._arrays
 
     def forecast(self, run: RunLog | None = None, total_steps: int | None = None, **kwargs: Any) -> Any:
         """Forecast the reward trajectory up to ``total_steps`` (see :func:`bayes_grpo.forecast.forecast`)."""
@@ -297,7 +309,8 @@ def fit(
     tune = tune or (200 if quick else 1000)
     chains = chains or 2
     prepared = _prepare_all(runs)
-    model = build_model(prepared, form=form, max_bins=max_bins)
+    centres = size_centres(prepared)
+    model = build_model(prepared, form=form, max_bins=max_bins, centres=centres)
     sampler_name = _pick_sampler(sampler)
     started = time.perf_counter()
     with model:
@@ -324,6 +337,7 @@ def fit(
     config = {
         "form": form,
         "max_bins": max_bins,
+        "size_centres": centres,
         "student_nu": STUDENT_NU,
         "runs": [p.run_id for p in prepared],
         "n_runs": len(prepared),

@@ -6,8 +6,8 @@ The model works on *normalised progress* ``t = step / total_steps`` and on a
 * when the run declares its reward range ``(lo, hi)``: ``loc = lo`` and
   ``unit = hi - lo`` ("range" scale: z is the fraction of the attainable range);
 * otherwise the normalisation is learned from the run's own logged steps:
-  ``loc`` is the median of the first few rewards and ``unit`` a robust estimate of
-  the per-step noise ("noise" scale: z counts step-noise units from the start).
+  ``loc`` is the median of the first few rewards and ``unit`` the 10-90% spread
+  of the rewards so far, floored by twice the per-step noise ("learned" scale).
 
 Both are computed only from the steps a run has logged so far, so a run in
 progress is normalised exactly as it will be at forecast time.
@@ -22,11 +22,9 @@ import numpy as np
 from bayes_grpo.errors import ModelError
 from bayes_grpo.logs import RunLog
 
-SCALE_KINDS: tuple[str, ...] = ("range", "noise")
+SCALE_KINDS: tuple[str, ...] = ("range", "learned")
 # Initial reward (fraction of the range) that the population effects are centred on.
 INITIAL_REWARD_CENTRE = 0.3
-# Sizes are entered as log10(params in billions), centred here.
-LOG10_SIZE_CENTRE = -2.0
 
 
 @dataclass(frozen=True)
@@ -35,7 +33,7 @@ class PreparedRun:
 
     run_id: str
     family: str | None
-    log10_size: float
+    log10_size: float  # log10(params in billions); NaN when the size is unknown
     kind: str
     initial_cov: float
     loc: float
@@ -68,6 +66,21 @@ def noise_scale(rewards: np.ndarray) -> float:
     mad = 1.4826 * float(np.median(np.abs(diffs - np.median(diffs)))) / np.sqrt(2.0)
     floor = 0.25 * float(np.std(y))
     return max(mad, floor, 1e-3 * max(1.0, float(np.abs(y).mean())))
+
+
+def spread_scale(rewards: np.ndarray) -> float:
+    """Learned reward unit of a run without a declared range: its 10-90% reward spread so far.
+
+    Floored at twice the per-step noise so that a run that has not moved yet
+    gets a unit set by its noise. Unlike the noise alone, this unit grows with
+    the rise a run has shown, so the population's "gain in units" stays on a
+    comparable footing for runs whose noise changes as the reward climbs.
+    """
+    y = np.asarray(rewards, dtype=float)
+    if y.size == 0:
+        return 1e-3
+    q10, q90 = np.quantile(y, [0.1, 0.9])
+    return max(float(q90 - q10), 2.0 * noise_scale(y))
 
 
 def prepare_run(
@@ -121,9 +134,9 @@ def prepare_run(
             raise ModelError(
                 f"run {run_id!r}: a run with no logged steps needs reward_range=(min, max) to put the forecast on a reward scale"
             )
-        kind = "noise"
+        kind = "learned"
         head = rewards[: max(3, min(10, rewards.size // 5))]
-        loc, unit = float(np.median(head)), noise_scale(rewards)
+        loc, unit = float(np.median(head)), spread_scale(rewards)
 
     initial_z = None if initial_reward is None else (float(initial_reward) - loc) / unit
     if kind == "range":
@@ -133,11 +146,11 @@ def prepare_run(
         initial_cov = 0.0 if start is None else float(np.clip(start, 0.0, 1.0)) - INITIAL_REWARD_CENTRE
     else:
         initial_cov = 0.0
-    log10_size = np.log10(params_b) - LOG10_SIZE_CENTRE if params_b and params_b > 0 else 0.0
+    log10_size = float(np.log10(params_b)) if params_b and params_b > 0 else float("nan")
     return PreparedRun(
         run_id=run_id,
         family=family.lower() if isinstance(family, str) else None,
-        log10_size=float(log10_size),
+        log10_size=log10_size,
         kind=kind,
         initial_cov=initial_cov,
         loc=loc,
@@ -148,6 +161,25 @@ def prepare_run(
         z=(rewards - loc) / unit,
         initial_z=initial_z,
     )
+
+
+def size_centres(prepared: list[PreparedRun]) -> list[float]:
+    """Mean log10 size of the runs of each scale kind (0 where a kind has no sized run).
+
+    The size effect is entered centred within each kind so that it is not
+    confounded with the kind's mean gain (the bundled runs are tiny models on a
+    declared range, real runs are 0.5B-70B models on learned scales).
+    """
+    centres = []
+    for kind in SCALE_KINDS:
+        sizes = [p.log10_size for p in prepared if p.kind == kind and np.isfinite(p.log10_size)]
+        centres.append(float(np.mean(sizes)) if sizes else 0.0)
+    return centres
+
+
+def centred_size(p: PreparedRun, centres: list[float]) -> float:
+    """The run's log10 size minus its kind's centre; 0 (the centre) when the size is unknown."""
+    return p.log10_size - centres[p.kind_index] if np.isfinite(p.log10_size) else 0.0
 
 
 def bin_observations(t: np.ndarray, z: np.ndarray, max_bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
