@@ -283,6 +283,7 @@ def _add_demo_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--runs", nargs="+", metavar="PATH", help="logs or folders of logs instead of the bundled runs")
     parser.add_argument("--fraction", type=float, default=0.3, help="part of each run's steps to forecast from (default 0.3)")
     parser.add_argument("--shown", type=int, default=6, help="runs forecast and shown (default 6)")
+    parser.add_argument("--compare", action="store_true", help="also fit the other curve forms and compare them by LOO in the report (two more fits)")
     _add_sampler_args(parser)
 
 
@@ -305,7 +306,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     if runs is None:
         raise BayesGrpoError("the shipped default model needs runs to forecast; pass --runs PATH")
     print(_demo_table(model, pick_runs(runs, args.shown), args.fraction))
-    comparison = None if args.quick else compare_table(model, runs)
+    comparison = compare_table(model, runs) if args.compare and model.idata is not None else None
     path = write_report(model, runs, out / "report.html", quick=args.quick, comparison=comparison)
     print(f"\nwrote {path} (open it in a browser) and the fitted model in {out / 'model'}")
     return EXIT_OK
