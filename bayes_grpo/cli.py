@@ -288,25 +288,14 @@ def _add_demo_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from bayes_grpo.errors import LogError
-    from bayes_grpo.model import default_model
     from bayes_grpo.report import compare_table, pick_runs, write_report
 
     out = Path(args.out)
-    try:
-        runs = _load_runs(args.runs)
-    except LogError as exc:
-        if args.runs:
-            raise
-        print(f"notice: no bundled runs ({' '.join(str(exc).split())}); using the shipped default model", file=sys.stderr)
-        runs, model = None, default_model()
-    else:
-        model = _fit(runs, args)
-        model.save(out / "model")
-    if runs is None:
-        raise BayesGrpoError("the shipped default model needs runs to forecast; pass --runs PATH")
+    runs = _load_runs(args.runs)
+    model = _fit(runs, args)
+    model.save(out / "model")
     print(_demo_table(model, pick_runs(runs, args.shown), args.fraction))
-    comparison = compare_table(model, runs) if args.compare and model.idata is not None else None
+    comparison = compare_table(model, runs) if args.compare else None
     path = write_report(model, runs, out / "report.html", quick=args.quick, comparison=comparison)
     print(f"\nwrote {path} (open it in a browser) and the fitted model in {out / 'model'}")
     return EXIT_OK
