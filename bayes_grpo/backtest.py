@@ -79,16 +79,16 @@ class RunTrace:
 
 
 def trace(
-    model: object, run: RunLog, *, source: str = "", min_fraction: float = 0.1, checks: int = CHECKS_PER_RUN, n_draws: int = 400
+    model: object, run: RunLog, *, source: str = "", min_fraction: float = 0.1, checks: int = CHECKS_PER_RUN, n_draws: int = 400, **forecast_kw: object
 ) -> RunTrace:
-    """Forecast ``run`` at every check (as the callback would) and keep the gain draws."""
+    """Forecast ``run`` at every check (as the callback would) and keep the gain draws (``forecast_kw``: e.g. ``drift``)."""
     run = run.with_meta(total_steps=int(run.steps[-1]))
     indices = check_indices(run, min_fraction, checks)
     gains, scales = [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for i in indices:
-            fc = model.forecast(run.head(int(run.steps[i])), n_draws=n_draws, seed=int(i))
+            fc = model.forecast(run.head(int(run.steps[i])), n_draws=n_draws, seed=int(i), **forecast_kw)
             gains.append(remaining_gain(fc))
             scales.append(reward_scale(fc))
     return RunTrace(run, indices, np.array(gains).reshape(len(indices), -1), np.array(scales), source)

@@ -6,8 +6,10 @@ expected reward now::
 
     gain = max(0, max_{last < s <= total_steps} E[reward(s)] - E[reward(last)])
 
-The maximum over the future trajectory (rather than ``final - current``) is the
-conservative choice: it is never smaller, so a draw that rises and then falls
+``E[reward(s)]`` is the draw's parametric curve (``Forecast.curves``), without the
+model-discrepancy wander of ``Forecast.draws``: the maximum of a random walk
+would count noise as gain. The maximum over the future trajectory (rather than
+``final - current``) is the conservative choice: it is never smaller, so a draw that rises and then falls
 still counts the rise it would give up (a user keeping the best checkpoint gets
 it), and a run whose forecast is flat or falling has nothing left to gain.
 
@@ -105,7 +107,7 @@ def remaining_gain(fc: Forecast) -> np.ndarray:
     future = fc.steps > last
     if not future.any():
         return np.zeros(fc.draws.shape[0])
-    return np.maximum(fc.draws[:, future].max(axis=1) - fc.current, 0.0)
+    return np.maximum(fc.curves[:, future].max(axis=1) - fc.current, 0.0)
 
 
 def reward_scale(fc: Forecast, relative_to: RelativeTo = "range") -> float:
@@ -153,7 +155,7 @@ def decision_from_forecast(
         value = float(value_per_reward * gain.mean())
         cost = float(cost_per_step * max(total - step, 0))
         ahead = fc.steps >= step
-        utility = value_per_reward * fc.draws[:, ahead].mean(axis=0) - cost_per_step * fc.steps[ahead]
+        utility = value_per_reward * fc.curves[:, ahead].mean(axis=0) - cost_per_step * fc.steps[ahead]
         best = int(fc.steps[ahead][np.argmax(utility)])
         should_stop = value < cost
     else:

@@ -48,6 +48,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, help="only the first N runs (smoke test)")
     parser.add_argument("--tolerances", default="0.005,0.01,0.02,0.05", help="comma-separated tolerances")
     parser.add_argument("--n-draws", type=int, default=400)
+    parser.add_argument("--drift", type=float, help="forecast model-discrepancy drift (default: the model's own)")
     parser.add_argument("--traces", help="pickle file caching the replays: read when it exists, else written")
     parser.add_argument("--checks", type=int, default=50, help="checks per run (every n // checks logged points)")
     args = parser.parse_args()
@@ -60,7 +61,7 @@ def main() -> None:
         traces, start = [], time.perf_counter()
         for source, run in _runs(args.limit):
             t0 = time.perf_counter()
-            traces.append(trace(model, run, source=source, checks=args.checks, n_draws=args.n_draws))
+            traces.append(trace(model, run, source=source, checks=args.checks, n_draws=args.n_draws, drift=args.drift))
             print(f"{source:8s} {run.run_id:50s} {len(run):5d} pts {len(traces[-1].indices):3d} checks {time.perf_counter() - t0:5.1f}s", flush=True)
         print(f"replayed {len(traces)} runs in {time.perf_counter() - start:.0f}s")
         if args.traces:

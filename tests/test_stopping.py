@@ -30,6 +30,7 @@ def _forecast(draws: np.ndarray, run: bg.RunLog, steps: np.ndarray, current: np.
         run_id=run.run_id,
         steps=steps.astype(float),
         draws=draws,
+        curves=draws,
         total_steps=int(steps[-1]),
         observed_steps=run.steps,
         observed_rewards=run.rewards,
