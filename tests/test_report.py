@@ -50,6 +50,18 @@ def test_quick_report_notes_skipped_comparison_and_embeds_benchmarks(tmp_path, q
     assert "not yet run: <code>python benchmarks/backtest_stopping.py</code>" in page
 
 
+def test_report_renders_a_given_loo_comparison(tmp_path, quick_model, few_runs):
+    import arviz as az
+
+    from bayes_grpo.report import _log_likelihood_idata
+
+    with_ll = _log_likelihood_idata(quick_model, few_runs)
+    table = az.compare({"weibull": with_ll, "same again": with_ll}, ic="loo")
+    page = write_report(quick_model, few_runs, tmp_path / "c.html", comparison=table, n_shown=1, progress=False).read_text()
+    loo = page.split('<section id="loo">')[1].split("</section>")[0]
+    assert "same again" in loo and "elpd_loo" in loo and 'alt="LOO comparison of curve forms"' in loo
+
+
 def _chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
