@@ -16,13 +16,13 @@ as ``callbacks=[...]`` the keys still land in ``trainer.state.log_history``.
 
 from __future__ import annotations
 
-import re
 import warnings
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from bayes_grpo.logs import normalise_family
 from bayes_grpo.stopping import StopDecision, decision_from_forecast
 
 if TYPE_CHECKING:
@@ -114,8 +114,7 @@ class PlateauStoppingCallback(TrainerCallback):
             return
         if self.family is None:
             model_type = getattr(getattr(model, "config", None), "model_type", None)
-            match = re.match(r"[a-z]+", str(model_type or "").lower())
-            self.family = match.group(0) if match else None
+            self.family = normalise_family(model_type) if model_type else None
         if self.params_b is None:
             self.params_b = sum(p.numel() for p in model.parameters()) / 1e9
 

@@ -67,7 +67,9 @@ class FinalReward:
 class Forecast:
     """Posterior trajectories of one run's expected reward, on the run's own scale.
 
-    ``draws`` has shape (n_draws, len(steps)); ``observed_steps``/``observed_rewards``
+    ``draws`` has shape (n_draws, len(steps)) and is the predictive of the reward
+    level (curve plus model discrepancy); ``curves`` holds the same draws of the
+    parametric curve alone (what the stopping rule judges gains on); ``observed_steps``/``observed_rewards``
     are what the forecast was conditioned on. ``params`` holds the per-draw curve
     parameters (normalised units) and ``plateau_step`` the step where each draw
     reaches 95% of its total gain.
@@ -76,6 +78,7 @@ class Forecast:
     run_id: str
     steps: np.ndarray
     draws: np.ndarray
+    curves: np.ndarray
     total_steps: int
     observed_steps: np.ndarray
     observed_rewards: np.ndarray
@@ -96,8 +99,8 @@ class Forecast:
 
     @property
     def remaining_gain(self) -> np.ndarray:
-        """Per-draw reward still to gain between the last logged step and ``total_steps``."""
-        return self.draws[:, -1] - self.current
+        """Per-draw expected reward still to gain between the last logged step and ``total_steps`` (curve only)."""
+        return self.curves[:, -1] - self.current
 
     def at_steps(self, steps: np.ndarray) -> np.ndarray:
         """Trajectory draws interpolated at arbitrary steps: shape (n_draws, len(steps))."""
@@ -376,15 +379,15 @@ def forecast(
     t_grid = grid / total
     curves = reward_curve(model.form, t_grid[None], r0[:, None], gain[:, None], tau[:, None], beta[:, None])
     drift = float(model.config.get("drift", DEFAULT_DRIFT) if drift is None else drift)
-    if drift > 0:
-        curves = curves + _brownian_discrepancy(rng, t_grid, last / total, drift * np.exp(log_sigma))
+    levels = curves + _brownian_discrepancy(rng, t_grid, last / total, drift * np.exp(log_sigma)) if drift > 0 else curves
     t_last = last / total
     current = reward_curve(model.form, np.array([t_last]), r0, gain, tau, beta) if last else r0
     plateau_t = plateau_progress(model.form, tau, beta)
     return Forecast(
         run_id=prepared.run_id,
         steps=grid,
-        draws=prepared.to_reward(curves),
+        draws=prepared.to_reward(levels),
+        curves=prepared.to_reward(curves),
         total_steps=total,
         observed_steps=prepared.steps.astype(int),
         observed_rewards=prepared.to_reward(prepared.z),

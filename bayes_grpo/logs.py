@@ -32,7 +32,7 @@ import xarray as xr
 
 from bayes_grpo.errors import LogError
 
-__all__ = ["LogWarning", "RunLog", "RunMetadata", "RunSet", "load_runs", "read_log"]
+__all__ = ["LogWarning", "RunLog", "RunMetadata", "RunSet", "load_runs", "normalise_family", "read_log"]
 
 LOG_SUFFIXES = (".json", ".jsonl", ".ndjson", ".csv", ".tsv", ".txt", ".log", ".ipynb")
 """File endings :func:`read_log` understands (plus TRL output directories)."""
@@ -47,7 +47,22 @@ _META_COLUMNS = {
     "reward_max", "reward_range", "initial_reward", "hardware", "model", "model_name",
     "dataset", "task", "method", "lora", "seed", "source_repo", "source_path", "source_commit",
 }  # fmt: skip
-_FAMILIES = ("qwen", "llama", "gemma", "phi", "mistral", "gpt-oss", "deepseek", "smollm", "olmo")
+_FAMILIES = ("qwen", "llama", "gemma", "phi", "mistral", "gpt-oss", "gpt-neox", "deepseek", "smollm", "olmo")
+
+
+def normalise_family(name: str) -> str:
+    """Canonical family name: ``"Qwen2"``/``"qwen3"`` -> ``"qwen"``, ``"gpt_oss"`` -> ``"gpt-oss"``, ``"gemma3_text"`` -> ``"gemma"``.
+
+    Families are matched by prefix against the known ones (transformers'
+    ``model_type`` values and hub names alike); anything else is lower-cased with
+    everything from the first non-letter on dropped (``"falcon_h1"`` -> ``"falcon"``).
+    """
+    text = str(name).strip().lower().replace("_", "-")
+    known = next((family for family in _FAMILIES if text.startswith(family)), None)
+    if known:
+        return known
+    match = re.match(r"[a-z]+", text)
+    return match.group(0) if match else text
 
 
 class LogWarning(UserWarning):
@@ -835,7 +850,7 @@ def _clean_meta(values: dict, name: str) -> RunMetadata:
 def _convert_meta(key: str, value: Any, name: str) -> Any:
     try:
         if key == "family":
-            return str(value).strip().lower()
+            return normalise_family(value)
         if key in ("params_b", "initial_reward"):
             number = float(value)
             if not math.isfinite(number):

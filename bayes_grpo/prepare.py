@@ -8,6 +8,10 @@ The model works on *normalised progress* ``t = step / total_steps`` and on a
 * otherwise the normalisation is learned from the run's own logged steps:
   ``loc`` is the median of the first few rewards and ``unit`` the 10-90% spread
   of the rewards so far, floored by twice the per-step noise ("learned" scale).
+  A training run is normalised on all its steps, a run in progress on the steps
+  it has: the unit is then smaller early on, which measured better than a unit
+  fixed to the first quarter of the run (it keeps forecasts of runs that have
+  barely moved close to their current level).
 
 Both are computed only from the steps a run has logged so far, so a run in
 progress is normalised exactly as it will be at forecast time.
