@@ -408,15 +408,11 @@ def _benchmarks_section(folder: Path) -> list[str]:
 
 
 def _stop_section(model: FittedModel, shown: Sequence[RunLog], progress: bool) -> list[str]:
-    try:
-        figure = stop_figure(model, shown, progress=progress)
-    except ImportError:
-        return [_note("Stop probabilities unavailable: <code>bayes_grpo.stopping</code> is not installed.")]
     return [
         "<p>Probability that less than the tolerance (1% of the reward range, or one noise unit) is still to gain "
         "by the planned end, computed at each point as if training stopped there. The dashed line marks where it "
         "first crosses the 0.9 threshold: stopping there saves the rest of the steps.</p>",
-        _img(figure, "stop probability across training"),
+        _img(stop_figure(model, shown, progress=progress), "stop probability across training"),
     ]
 
 
