@@ -139,16 +139,16 @@ run""",
     """from bayes_grpo.report import stop_curve
 
 curve = stop_curve(model, run, n_points=8 if QUICK else 20)
-fig, ax = plt.subplots(figsize=(7, 3))
+fig, reward_ax = plt.subplots(figsize=(7, 3))
+reward_ax.plot(run.steps, run.rewards, color="0.7", lw=0.6)
+reward_ax.set_xlabel("step")
+reward_ax.set_ylabel("reward")
+ax = reward_ax.twinx()  # drawn on top of the reward
 ax.plot(curve.step, curve.probability, "o-", color="C3", label="stop probability")
 ax.axhline(0.9, color="C3", ls=":", lw=0.8, label="threshold 0.9")
 ax.set_ylim(0, 1.02)
-ax.set_xlabel("step")
 ax.set_ylabel("P(plateau)")
-reward_ax = ax.twinx()
-reward_ax.plot(run.steps, run.rewards, color="0.7", lw=0.6)
-reward_ax.set_ylabel("reward")
-ax.legend(fontsize=7, loc="upper left");""",
+ax.legend(fontsize=7, loc="lower right");""",
     "## One decision, explained\n\n`stop_decision` returns the evidence: probability, expected remaining gain with "
     "its interval, the step where the curve plateaus, and the compute saved by stopping now.",
     """crossed = curve[curve.probability >= 0.9]
