@@ -94,7 +94,7 @@ def figure(runs: list[tuple[dict, pd.DataFrame]], path: Path) -> None:
         c = colours[m["warmup"]["label_noise"]]
         seed = m["seeds"]["run"]
         ax.plot(d["step"], d["reward"], color=c, alpha=0.12, lw=0.6)
-        ax.plot(d["step"], smooth(d), color=c, lw=1.4, ls="-" if seed == 0 else "--",
+        ax.plot(d["step"], smooth(d), color=c, lw=1.4, ls=("-", "--", ":")[seed % 3],
                 label=f"noise {m['warmup']['label_noise']}" + (f" seed {seed}" if seed else ""))
         ax.scatter([0], [m["initial_reward"]], color=c, s=12, zorder=3)
         ax.set_title(f"{m['family']} {m['size']} ({m['n_params'] / 1e3:.0f}k params)", fontsize=9)

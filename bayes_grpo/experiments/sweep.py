@@ -17,15 +17,17 @@ from .models import FAMILIES
 
 SIZES_ORDER = ("xs", "l", "s", "m")  # smallest and largest first, so an early stop keeps the span
 NOISE_LEVELS = (0.3, 0.5, 0.65)  # warm-up label noise -> high, middle, low initial reward
-SEED_SLICE = {"family": "llama", "size": "s", "noise": 0.5, "seeds": (1, 2)}
+# (family, size, noise) slices rerun with extra seeds to show seed-to-seed spread
+SEED_SLICES = (("llama", "s", 0.5), ("qwen2", "m", 0.5))
+EXTRA_SEEDS = (1, 2)
 
 
 def sweep_argv() -> list[list[str]]:
     """Generator arguments of every run in the sweep, in the order they are run."""
     runs = [["--family", f, "--size", s, "--noise", str(n), "--seed", "0"]
             for s in SIZES_ORDER for f in FAMILIES for n in NOISE_LEVELS]
-    runs += [["--family", SEED_SLICE["family"], "--size", SEED_SLICE["size"], "--noise", str(SEED_SLICE["noise"]),
-              "--seed", str(seed)] for seed in SEED_SLICE["seeds"]]
+    runs += [["--family", f, "--size", s, "--noise", str(n), "--seed", str(seed)]
+             for f, s, n in SEED_SLICES for seed in EXTRA_SEEDS]
     return runs
 
 
