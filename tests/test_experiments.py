@@ -59,11 +59,14 @@ def test_bundled_runs_load(monkeypatch: pytest.MonkeyPatch) -> None:
     import bayes_grpo as bg
 
     monkeypatch.delenv("BAYES_GRPO_DATA", raising=False)
+    from bayes_grpo.experiments.models import FAMILIES
+    from bayes_grpo.logs import normalise_family
+
     runs = bg.load_runs()
     assert sorted(r.run_id for r in runs) == sorted(m.name[: -len(".meta.json")] for m in metas)
+    assert {r.meta.family for r in runs} == {normalise_family(f) for f in FAMILIES}
     for run in runs:
         meta = run.meta
-        assert meta.family in {"llama", "qwen2", "gpt_neox"}
         assert meta.params_b > 0 and meta.total_steps >= 300 and meta.steps_per_epoch <= meta.total_steps
         assert tuple(meta.reward_range) == (0.0, 1.25) and 0.0 <= meta.initial_reward <= 1.25
         assert meta.hardware and meta.extra["command"]
