@@ -328,6 +328,23 @@ def _demo_table(model: FittedModel, runs: Sequence[RunLog], fraction: float) -> 
 
 # ----------------------------------------------------------------- registry
 
+def _add_generate_parser(subparsers: argparse._SubParsersAction) -> None:
+    # Listed here for the help text only: the generator's options live in
+    # bayes_grpo.experiments.generate (which imports torch) and main() hands
+    # `generate ...` to _run_generate before the top-level parser runs.
+    subparsers.add_parser("generate", add_help=False, help="make one bundled GRPO run with TRL (options: bayes-grpo generate --help)")
+
+
+def _run_generate(argv: Sequence[str]) -> int:
+    from bayes_grpo.experiments import generate
+
+    parser = argparse.ArgumentParser(
+        prog=f"{PROG} generate", description=generate.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    generate.add_arguments(parser)
+    return generate.run_generate(parser.parse_args(argv))
+
+
 COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable[[argparse.Namespace], int]]] = {
     "inspect": (_add_inspect_parser, _run_inspect),
     "fit": (_add_fit_parser, _run_fit),
@@ -335,6 +352,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable
     "stop": (_add_stop_parser, _run_stop),
     "report": (_add_report_parser, _run_report),
     "demo": (_add_demo_parser, _run_demo),
+    "generate": (_add_generate_parser, lambda args: _run_generate([])),
 }
 """Subcommand name -> (add its parser, run it and return the exit code)."""
 
@@ -353,8 +371,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 2 bad input or usage)."""
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        if argv[:1] == ["generate"]:
+            return _run_generate(argv[1:])
+        args = build_parser().parse_args(argv)
         return COMMANDS[args.command][1](args)
     except (BayesGrpoError, FileNotFoundError) as exc:
         _error(exc)

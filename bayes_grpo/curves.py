@@ -47,6 +47,10 @@ def shape(form: str, t: Any, tau: Any, beta: Any, xp: Any = np) -> Any:
     broadcast as in that namespace.
     """
     if form == "weibull":
+        if xp is np:
+            # (t / tau) ** beta overflows to inf for a tiny tau; exp(-inf) = 0 is the right limit.
+            with np.errstate(over="ignore"):
+                return 1.0 - np.exp(-((t / tau) ** beta))
         return 1.0 - xp.exp(-((t / tau) ** beta))
     if form == "exponential":
         return 1.0 - xp.exp(-t / tau)

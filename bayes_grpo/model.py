@@ -324,8 +324,11 @@ def fit(
             options["nuts_sampler_kwargs"] = {"backend": "numba"}
         elif sampler_name != "pymc":
             options["target_accept"] = 0.9
-        idata = pm.sample(idata_kwargs={"log_likelihood": True}, **options)
-    seconds = time.perf_counter() - started
+        idata = pm.sample(**options)
+        seconds = time.perf_counter() - started
+        if keep_full and "log_likelihood" not in idata:
+            # nutpie and numpyro ignore idata_kwargs: add the pointwise log-likelihood LOO needs.
+            pm.compute_log_likelihood(idata, progressbar=False)
     diagnostics = _diagnose(idata, sampler_name, seconds)
     if not diagnostics.ok:
         warnings.warn(
