@@ -22,7 +22,6 @@ import bayes_grpo as bg
 from bayes_grpo.model import DEFAULT_MODEL_DIR
 
 EXTERNAL = Path(__file__).resolve().parents[2] / "shared" / "external_runs" / "runs"
-DEFAULT_DRIFT = 1.5
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,7 +39,6 @@ def main(argv: list[str] | None = None) -> int:
     draws = 200 if args.quick else 1000
     model = bg.fit(bundled + external, draws=draws, tune=draws, chains=2, seed=args.seed)
     print(model.diagnostics)
-    model.config["drift"] = DEFAULT_DRIFT
     model.config["fitted_on"] = {
         "bundled": [r.run_id for r in bundled],
         "external": [r.run_id for r in external],

@@ -39,7 +39,6 @@ PARAMS = ("r0", "asinh_gain", "log_tau", "log_beta", "log_sigma")
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 MAX_LIKELIHOOD_BINS = 120
 MAX_GRID_POINTS = 500
-DEFAULT_DRIFT = 0.0
 
 
 @dataclass
@@ -354,7 +353,8 @@ def forecast(
 
     For a run not yet started pass ``run=None`` with ``family``, ``params_b``,
     ``initial_reward``, ``total_steps`` and ``reward_range``. For logged runs
-    keyword arguments override the run's metadata.
+    keyword arguments override the run's metadata. ``drift`` (the Brownian
+    discrepancy scale) defaults to the model's calibrated setting.
     """
     if run is None and (total_steps is None or initial_reward is None):
         raise ModelError("forecasting a run not yet started needs total_steps= and initial_reward= (and reward_range=)")
@@ -378,9 +378,9 @@ def forecast(
     grid = _grid(last, total)
     t_grid = grid / total
     curves = reward_curve(model.form, t_grid[None], r0[:, None], gain[:, None], tau[:, None], beta[:, None])
-    drift = float(model.config.get("drift", DEFAULT_DRIFT) if drift is None else drift)
-    levels = curves + _brownian_discrepancy(rng, t_grid, last / total, drift * np.exp(log_sigma)) if drift > 0 else curves
     t_last = last / total
+    drift = float(model.config.get("drift", 0.0) if drift is None else drift)
+    levels = curves + _brownian_discrepancy(rng, t_grid, t_last, drift * np.exp(log_sigma)) if drift > 0 else curves
     current = reward_curve(model.form, np.array([t_last]), r0, gain, tau, beta) if last else r0
     plateau_t = plateau_progress(model.form, tau, beta)
     return Forecast(

@@ -12,6 +12,10 @@ would count noise as gain. The maximum over the future trajectory (rather than
 ``final - current``) is the conservative choice: it is never smaller, so a draw that rises and then falls
 still counts the rise it would give up (a user keeping the best checkpoint gets
 it), and a run whose forecast is flat or falling has nothing left to gain.
+It is floored by :func:`trend_gain`: when the last quarter of the logged
+rewards still climbs clearly (slope above two standard errors), continuing that
+trend for one more window counts as gain too, because parametric curves
+saturate faster than real runs that keep creeping up.
 
 **Reward scale.** ``tolerance`` is a fraction of a reward scale:
 
@@ -48,6 +52,7 @@ if TYPE_CHECKING:
     from bayes_grpo.model import FittedModel
 
 RelativeTo = Literal["range", "gain"]
+TREND_MIN_POINTS = 8
 INTERVAL = (0.05, 0.95)
 
 
@@ -102,12 +107,43 @@ class StopDecision:
 
 
 def remaining_gain(fc: Forecast) -> np.ndarray:
-    """Per-draw remaining gain: best expected reward after the last logged step minus now, at least 0."""
+    """Per-draw remaining gain: best expected reward after the last logged step minus now, at least 0.
+
+    Never less than :func:`trend_gain`, the rise a clear recent trend in the
+    logged rewards would still add: a run the data show climbing is not called
+    a plateau just because the fitted curve has saturated.
+    """
     last = fc.last_observed_step or 0
     future = fc.steps > last
     if not future.any():
         return np.zeros(fc.draws.shape[0])
-    return np.maximum(fc.curves[:, future].max(axis=1) - fc.current, 0.0)
+    return np.maximum(fc.curves[:, future].max(axis=1) - fc.current, trend_gain(fc))
+
+
+def trend_gain(fc: Forecast) -> float:
+    """Gain from continuing the recent linear trend of the logged rewards over one more window.
+
+    The slope of the last quarter of the logged rewards (at least
+    ``TREND_MIN_POINTS``) is shrunk by its standard error (``b * max(0, 1 -
+    4 se^2 / b^2)``: a slope under two standard errors counts as no trend) and
+    projected over the shorter of the steps left and the window's own length.
+    Only rises count.
+    """
+    steps = np.asarray(fc.observed_steps, dtype=float)
+    rewards = np.asarray(fc.observed_rewards, dtype=float)
+    window = max(TREND_MIN_POINTS, steps.size // 4)
+    if steps.size < TREND_MIN_POINTS:
+        return 0.0
+    x, y = steps[-window:], rewards[-window:]
+    centred = x - x.mean()
+    sxx = float(np.sum(centred**2))
+    slope = float(centred @ (y - y.mean()) / sxx)
+    if slope <= 0:
+        return 0.0
+    scatter = y - y.mean() - slope * centred
+    se2 = float(np.sum(scatter**2)) / (window - 2) / sxx
+    shrunk = slope * max(0.0, 1.0 - 4.0 * se2 / slope**2)
+    return shrunk * min(fc.total_steps - x[-1], x[-1] - x[0])
 
 
 def reward_scale(fc: Forecast, relative_to: RelativeTo = "range") -> float:

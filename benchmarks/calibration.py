@@ -31,6 +31,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--draws", type=int, default=1000, help="draws and tuning steps per chain of each fold's fit")
     parser.add_argument("--external", type=Path, default=EXTERNAL)
     args = parser.parse_args()
     warnings.simplefilter("ignore")
@@ -47,7 +48,7 @@ def main() -> None:
     for fold in range(args.folds):
         train = [r for r in runs if fold_of[r.run_id] != fold]
         test = [r for r in runs if fold_of[r.run_id] == fold]
-        model = bg.fit(train, seed=args.seed + fold, progressbar=False)
+        model = bg.fit(train, draws=args.draws, tune=args.draws, seed=args.seed + fold, progressbar=False, keep_full=False)
         print(f"fold {fold + 1}/{args.folds}: fit on {len(train)} runs ({model.diagnostics}); scoring {len(test)} runs", flush=True)
         scores.append(calibration.evaluate(lambda run: model, test, progress=False))
     scores = pd.concat(scores, ignore_index=True)

@@ -14,7 +14,7 @@ import bayes_grpo as bg
 from bayes_grpo.errors import ModelError
 from bayes_grpo.forecast import Forecast
 from bayes_grpo.prepare import prepare_run
-from bayes_grpo.stopping import decision_from_forecast, probability_from_forecast, remaining_gain, reward_scale
+from bayes_grpo.stopping import decision_from_forecast, probability_from_forecast, remaining_gain, reward_scale, trend_gain
 
 
 def _run(rewards: np.ndarray, reward_range: tuple[float, float] | None = None, total: int = 100) -> bg.RunLog:
@@ -42,23 +42,34 @@ def _forecast(draws: np.ndarray, run: bg.RunLog, steps: np.ndarray, current: np.
 
 
 RUN = _run(np.linspace(0.1, 0.5, 40) + 0.02 * np.sin(np.arange(40)), reward_range=(0.0, 1.0))
+FLAT_RUN = _run(0.5 + 0.02 * np.sin(np.arange(40)), reward_range=(0.0, 1.0))
 STEPS = np.arange(40, 101)
 
 
 def _rising(rise: np.ndarray) -> Forecast:
     """Draw i rises linearly by ``rise[i]`` from 0.5 at step 40 to step 100."""
     frac = (STEPS - 40) / 60
-    return _forecast(0.5 + rise[:, None] * frac[None], RUN, STEPS, np.full(rise.size, 0.5))
+    return _forecast(0.5 + rise[:, None] * frac[None], FLAT_RUN, STEPS, np.full(rise.size, 0.5))
 
 
 def test_remaining_gain_uses_the_best_future_level_and_is_never_negative() -> None:
     frac = (STEPS - 40) / 60
     up_then_down = 0.5 + 0.2 * np.sin(np.pi * frac)  # back to 0.5 at the end
     falling = 0.5 - 0.3 * frac
-    fc = _forecast(np.vstack([up_then_down, falling]), RUN, STEPS, np.full(2, 0.5))
+    fc = _forecast(np.vstack([up_then_down, falling]), FLAT_RUN, STEPS, np.full(2, 0.5))
     gain = remaining_gain(fc)
     assert gain[0] == pytest.approx(0.2, abs=1e-3)
     assert gain[1] == 0.0
+
+
+def test_a_clear_recent_rise_in_the_data_counts_as_remaining_gain() -> None:
+    saturated = np.full((3, STEPS.size), 0.5)  # the curve says: nothing left
+    rising = _forecast(saturated, RUN, STEPS, np.full(3, 0.5))
+    slope = 0.4 / 39
+    window = 10  # last quarter of 40 logged steps
+    assert trend_gain(rising) == pytest.approx(slope * (window - 1), rel=0.15)
+    assert np.all(remaining_gain(rising) == trend_gain(rising))
+    assert trend_gain(_forecast(saturated, FLAT_RUN, STEPS, np.full(3, 0.5))) == 0.0
 
 
 def test_scale_is_the_declared_range_else_the_observed_spread() -> None:
