@@ -119,10 +119,10 @@ def _summary(run: RunLog) -> str:
 
 def _add_sampler_args(parser: argparse.ArgumentParser) -> None:
     """Sampler settings shared by ``fit`` and ``demo``."""
-    from bayes_grpo.curves import CURVE_FORMS
+    from bayes_grpo.curves import CURVE_FORMS, DEFAULT_FORM
 
     parser.add_argument("--quick", action="store_true", help="short sampler run (200 draws, 200 tuning steps): a few minutes, rougher intervals")
-    parser.add_argument("--form", default="weibull", choices=CURVE_FORMS, help="curve form of the reward rise (default: weibull)")
+    parser.add_argument("--form", default=DEFAULT_FORM, choices=CURVE_FORMS, help=f"curve form of the reward rise (default: {DEFAULT_FORM})")
     parser.add_argument("--draws", type=int, help="posterior draws per chain (default 1000, 200 with --quick)")
     parser.add_argument("--tune", type=int, help="tuning steps per chain (default 1000, 200 with --quick)")
     parser.add_argument("--chains", type=int, default=2, help="number of chains (default 2)")

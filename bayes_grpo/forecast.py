@@ -29,6 +29,7 @@ from scipy.special import gammaln, logsumexp
 
 from bayes_grpo.curves import plateau_progress, reward_curve
 from bayes_grpo.errors import ModelError
+from bayes_grpo.model import NOISE_FLOOR
 from bayes_grpo.logs import RunLog
 from bayes_grpo.prepare import PreparedRun, bin_observations, centred_size, prepare_run
 
@@ -216,7 +217,7 @@ def _student_t_loglik(form: str, theta: np.ndarray, t: np.ndarray, z: np.ndarray
         return np.zeros(theta.shape[0])
     r0, asinh_gain, log_tau, log_beta, log_sigma = (theta[:, j : j + 1] for j in range(len(PARAMS)))
     mu = reward_curve(form, t[None], r0, np.sinh(asinh_gain), np.exp(log_tau), np.exp(log_beta))
-    scale = np.exp(log_sigma) / np.sqrt(counts)[None]
+    scale = np.sqrt(np.exp(2 * log_sigma) + NOISE_FLOOR**2) / np.sqrt(counts)[None]
     resid = (z[None] - mu) / scale
     const = gammaln((nu + 1) / 2) - gammaln(nu / 2) - 0.5 * np.log(nu * np.pi)
     return np.sum(const - np.log(scale) - (nu + 1) / 2 * np.log1p(resid**2 / nu), axis=1)

@@ -43,19 +43,23 @@ import arviz as az
 import numpy as np
 import xarray as xr
 
-from bayes_grpo.curves import CURVE_FORMS, reward_curve
+from bayes_grpo.curves import CURVE_FORMS, DEFAULT_FORM, reward_curve
 from bayes_grpo.errors import ModelError
 from bayes_grpo.logs import RunLog, RunSet
 from bayes_grpo.prepare import SCALE_KINDS, PreparedRun, bin_observations, centred_size, prepare_run, size_centres
 
 STUDENT_NU = 4.0
+
+# Per-step noise never drops below this (normalised units): quantised rewards
+# (a run logging exactly 2.0 for twenty steps) would otherwise drive sigma to 0.
+NOISE_FLOOR = 0.02
 # Scale of the Brownian model-discrepancy term of forecasts (in per-step noise
 # units per unit of progress), chosen so that 90% intervals of forecasts from 30%
 # of a run cover about 90% of finals in the calibration benchmark.
 CALIBRATED_DRIFT = 1.5
 # Prior centre of log(beta) per form: a mild slow start for the Weibull, a
 # moderately sharp sigmoid for the logistic.
-BETA_PRIOR_CENTRE = {"weibull": np.log(1.5), "logistic": np.log(6.0), "exponential": 0.0}
+BETA_PRIOR_CENTRE = {"weibull": np.log(1.5), "loglogistic": np.log(2.0), "logistic": np.log(6.0), "exponential": 0.0}
 POPULATION_VARS = (
     "gain_mu", "gain_sd", "gain_size", "gain_init", "fam_gain", "fam_gain_sd",
     "tau_mu", "tau_sd", "tau_size", "tau_init", "fam_tau", "fam_tau_sd",
@@ -76,7 +80,7 @@ def _prepare_all(runs: Iterable[RunLog]) -> list[PreparedRun]:
     return prepared
 
 
-def build_model(prepared: list[PreparedRun], form: str = "weibull", max_bins: int = 60, centres: list[float] | None = None) -> Any:
+def build_model(prepared: list[PreparedRun], form: str = DEFAULT_FORM, max_bins: int = 60, centres: list[float] | None = None) -> Any:
     """Build the hierarchical PyMC model for prepared runs (observations binned).
 
     ``centres`` are the per-kind log10-size centres (default: computed from ``prepared``).
@@ -155,7 +159,8 @@ def build_model(prepared: list[PreparedRun], form: str = "weibull", max_bins: in
         sigma = pm.Deterministic("sigma", pt.exp(sig_mu[kind] + sig_sd[kind] * e_sig), dims="run")
 
         mu = reward_curve(form, t_data, r0[run_idx], gain[run_idx], tau[run_idx], beta[run_idx], xp=pt)
-        pm.StudentT("z_obs", nu=STUDENT_NU, mu=mu, sigma=sigma[run_idx] / pt.sqrt(count_data), observed=z_data, dims="obs")
+        noise = pt.sqrt(sigma[run_idx] ** 2 + NOISE_FLOOR**2) / pt.sqrt(count_data)
+        pm.StudentT("z_obs", nu=STUDENT_NU, mu=mu, sigma=noise, observed=z_data, dims="obs")
     return model
 
 
@@ -287,7 +292,7 @@ def default_model() -> FittedModel:
 def fit(
     runs: RunSet | Iterable[RunLog],
     *,
-    form: str = "weibull",
+    form: str = DEFAULT_FORM,
     draws: int | None = None,
     tune: int | None = None,
     chains: int | None = None,

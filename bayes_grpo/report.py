@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from bayes_grpo.curves import reward_curve
+from bayes_grpo.curves import CURVE_FORMS, reward_curve
 from bayes_grpo.errors import ModelError
 from bayes_grpo.logs import RunLog
 from bayes_grpo.prepare import prepare_run
@@ -329,7 +329,7 @@ def _loo_section(model: FittedModel, runs: Sequence[RunLog], comparison: pd.Data
     return body
 
 
-def compare_table(model: FittedModel, runs: Sequence[RunLog], forms: Sequence[str] = ("weibull", "logistic", "exponential"), progress: bool = True) -> pd.DataFrame:
+def compare_table(model: FittedModel, runs: Sequence[RunLog], forms: Sequence[str] = CURVE_FORMS, progress: bool = True) -> pd.DataFrame:
     """``az.compare`` of curve forms: reuses ``model`` for its own form and fits the others with its settings."""
     from bayes_grpo.model import fit
 

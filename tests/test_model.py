@@ -39,7 +39,7 @@ def simulated_fit() -> tuple[bg.FittedModel, list[bg.RunLog], dict[str, float]]:
         gains[run.run_id] = gain
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = bg.fit(runs, draws=200, tune=300, chains=2, progressbar=False, seed=1)
+        model = bg.fit(runs, form="weibull", draws=200, tune=300, chains=2, progressbar=False, seed=1)
     return model, runs, gains
 
 
