@@ -40,6 +40,8 @@ PARAMS = ("r0", "asinh_gain", "log_tau", "log_beta", "log_sigma")
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 MAX_LIKELIHOOD_BINS = 120
 MAX_GRID_POINTS = 500
+# How far (fraction of the declared range) a curve's start or asymptote may sit outside it.
+RANGE_SLACK = 0.02
 
 
 @dataclass
@@ -252,7 +254,13 @@ def condition(
     nu = float(model.config.get("student_nu", 4.0))
 
     def log_lik(theta: np.ndarray) -> np.ndarray:
-        return _student_t_loglik(model.form, theta, t, z, counts, nu)
+        value = _student_t_loglik(model.form, theta, t, z, counts, nu)
+        if prepared.kind == "range":
+            # A declared reward range bounds where the curve can start and end.
+            ends = np.stack([theta[:, 0], theta[:, 0] + np.sinh(theta[:, 1])])
+            outside = np.any((ends < -RANGE_SLACK) | (ends > 1 + RANGE_SLACK), axis=0)
+            value = np.where(outside, -np.inf, value)
+        return value
 
     theta = prior.sample(rng, n_particles)
     log_w = log_lik(theta)

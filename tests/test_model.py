@@ -17,12 +17,12 @@ EXTERNAL = Path(__file__).resolve().parents[2] / "shared" / "external_runs" / "r
 TRUE_TAU = {"qwen": 0.15, "llama": 0.35}
 
 
-def simulated_run(run_id: str, family: str, gain: float, seed: int, n_steps: int = 120) -> bg.RunLog:
-    """A run drawn from a known Weibull curve on a declared 0..1 reward range."""
+def simulated_run(run_id: str, family: str, gain: float, seed: int, n_steps: int = 120, form: str = "weibull") -> bg.RunLog:
+    """A run drawn from a known curve (Weibull by default, beta 2) on a declared 0..1 reward range."""
     rng = np.random.default_rng(seed)
     steps = np.arange(1, n_steps + 1)
     t = steps / n_steps
-    mean = reward_curve("weibull", t, 0.2, gain, TRUE_TAU[family], 2.0)
+    mean = reward_curve(form, t, 0.2, gain, TRUE_TAU[family], 2.0)
     frame = pd.DataFrame({"step": steps, "reward": mean + 0.03 * rng.standard_normal(n_steps)})
     return bg.read_log(frame, run_id=run_id, family=family, params_b=0.001, total_steps=n_steps, reward_range=(0.0, 1.0))
 
@@ -96,9 +96,10 @@ def test_forecast_frame_is_a_valid_fan_up_to_total_steps():
 
 
 def test_forecast_of_a_run_in_progress_follows_its_rise():
-    run = simulated_run("rising", "qwen", 0.6, seed=5, n_steps=200)
-    forecast = bg.default_model().forecast(run.head(80))
-    truth = reward_curve("weibull", 1.0, 0.2, 0.6, TRUE_TAU["qwen"], 2.0)
+    # Log-logistic rise (midpoint at 15% of the run), cut at 30%: two thirds of the gain is in.
+    run = simulated_run("rising", "qwen", 0.6, seed=5, n_steps=200, form="loglogistic")
+    forecast = bg.default_model().forecast(run.head(60))
+    truth = reward_curve("loglogistic", 1.0, 0.2, 0.6, TRUE_TAU["qwen"], 2.0)
     low, high = forecast.final.interval(0.9)
     assert low <= truth <= high
     assert forecast.final.quantile(0.5) == pytest.approx(truth, abs=0.1)
