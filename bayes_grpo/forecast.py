@@ -267,7 +267,9 @@ def condition(
     if _ess(log_w) >= 0.25 * n_particles:
         return theta, log_w - logsumexp(log_w)
 
-    mode, cov = _laplace(lambda x: log_lik(x) + prior.logpdf(x), theta[np.argsort(log_w)[-2:]])
+    weights = np.exp(log_w - logsumexp(log_w))
+    fallback = np.cov(theta.T, aweights=weights + 1e-300) + np.diag(np.full(len(PARAMS), 1e-4))
+    mode, cov = _laplace(lambda x: log_lik(x) + prior.logpdf(x), theta[np.argsort(log_w)[-2:]], fallback)
     for _ in range(2):
         n_local = int(0.8 * n_particles)
         local = _mvt_sample(rng, mode, cov, n_local)
@@ -286,8 +288,12 @@ def condition(
 _T_DF = 5.0
 
 
-def _laplace(log_post: Any, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Mode of ``log_post`` (vectorised over rows) and a positive-definite inverse-Hessian covariance."""
+def _laplace(log_post: Any, starts: np.ndarray, fallback_cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mode of ``log_post`` (vectorised over rows) and a positive-definite inverse-Hessian covariance.
+
+    Where the Hessian cannot be taken (the mode sits on a boundary of the
+    support, e.g. a declared reward range), ``fallback_cov`` is used instead.
+    """
     from scipy.optimize import minimize
 
     dim, h = starts.shape[1], 1e-5
@@ -318,6 +324,8 @@ def _laplace(log_post: Any, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]
             hessian[i, j] = (pp - pm_ - mp + mm) / (4 * h * h)
             k += 4
     precision = -(hessian + hessian.T) / 2
+    if not np.all(np.isfinite(precision)):
+        return mode, fallback_cov
     eigval, eigvec = np.linalg.eigh(precision)
     eigval = np.clip(eigval, 1e-2, 1e8)
     cov = (eigvec / eigval) @ eigvec.T
