@@ -4,12 +4,12 @@ A forecast conditions one run on its logged steps without touching the
 hierarchy: per-run parameters ``(r0, gain, log tau, log beta, log sigma)`` are
 drawn from the population posterior predictive for the run's covariates
 (family, size, initial reward) and re-weighted by the likelihood of the run's
-steps (adaptive importance sampling, a.k.a. population Monte Carlo: when the
-weights degenerate, a Gaussian fitted to the weighted particles, mixed with the
-prior, proposes new particles; weights stay exact ``prior * likelihood /
+steps by importance sampling (see :func:`condition`: prior particles first;
+when their weights degenerate, a multivariate t around the Laplace
+approximation, mixed with the prior; weights stay exact ``prior * likelihood /
 proposal``). This is a few vectorised NumPy passes, fast enough to run inside a
-training loop, and it handles the bimodal "took off / not yet" case that a
-Laplace approximation would miss.
+training loop, and the prior component keeps the bimodal "took off / not yet"
+case that a Laplace approximation alone would miss.
 
 Trajectories carry a model-discrepancy term: beyond the last logged step the
 forecast may wander from the parametric curve as a Brownian motion with scale
@@ -29,8 +29,8 @@ from scipy.special import gammaln, logsumexp
 
 from bayes_grpo.curves import plateau_progress, reward_curve
 from bayes_grpo.errors import ModelError
-from bayes_grpo.model import NOISE_FLOOR
 from bayes_grpo.logs import RunLog
+from bayes_grpo.model import NOISE_FLOOR
 from bayes_grpo.prepare import PreparedRun, bin_observations, centred_size, prepare_run
 
 if TYPE_CHECKING:
@@ -241,7 +241,7 @@ def condition(
 
     1. Particles from the population prior, weighted by the likelihood: enough
        when the run has few steps (weights stay spread out).
-    2. Otherwise the posterior is peaked: find its mode (L-BFGS from the best
+    2. Otherwise the posterior is peaked: find its mode (BFGS from the best
        particles), take a Laplace covariance from a finite-difference Hessian and
        propose from a multivariate t around it, mixed with the prior (defensive
        importance sampling keeps the "not taken off yet" mode if it has mass).
