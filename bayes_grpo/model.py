@@ -324,15 +324,12 @@ def fit(
     started = time.perf_counter()
     with model:
         options: dict[str, Any] = dict(draws=draws, tune=tune, chains=chains, random_seed=seed, progressbar=progressbar)
-        if sampler_name != "pymc":
-            options["nuts_sampler"] = sampler_name
+        if sampler_name == "pymc":
+            options.update(cores=min(chains, os.cpu_count() or 1), target_accept=0.9)
+        elif sampler_name == "nutpie":
+            options.update(nuts_sampler="nutpie", nuts_sampler_kwargs={"backend": "numba"})
         else:
-            options["cores"] = min(chains, os.cpu_count() or 1)
-            options["target_accept"] = 0.9
-        if sampler_name == "nutpie":
-            options["nuts_sampler_kwargs"] = {"backend": "numba"}
-        elif sampler_name != "pymc":
-            options["target_accept"] = 0.9
+            options.update(nuts_sampler=sampler_name, target_accept=0.9)
         idata = pm.sample(**options)
         seconds = time.perf_counter() - started
         if keep_full and "log_likelihood" not in idata:
