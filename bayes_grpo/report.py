@@ -38,6 +38,7 @@ BENCHMARKS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 BENCHMARK_TABLES = {
     "calibration.md": ("Calibration of forecast intervals", "python benchmarks/calibration.py"),
     "backtest_stopping.md": ("Backtest of the stopping rule", "python benchmarks/backtest_stopping.py"),
+    "loo_forms.md": ("LOO comparison of curve forms (benchmark fits)", "python benchmarks/compare_forms.py"),
 }
 MIN_SHOWN_STEPS = 20
 
