@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import warnings
 from pathlib import Path
@@ -22,6 +23,21 @@ import bayes_grpo as bg
 from bayes_grpo.model import DEFAULT_MODEL_DIR
 
 EXTERNAL = Path(__file__).resolve().parents[2] / "shared" / "external_runs" / "runs"
+
+
+def fitted_on(bundled: list, external_dir: Path, n_external: int, quick: bool) -> dict:
+    """Provenance of the default model: bundled run ids, and the external runs by count and index checksum."""
+    index = external_dir.parent / "index.csv"
+    return {
+        "bundled": [r.run_id for r in bundled],
+        "external": {
+            "runs": n_external,
+            "index": "../shared/external_runs/index.csv",
+            "index_sha256": hashlib.sha256(index.read_bytes()).hexdigest() if index.is_file() else None,
+        },
+        "date": dt.date.today().isoformat(),
+        "command": "python -m bayes_grpo.default_fit" + (" --quick" if quick else ""),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,12 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     draws = 200 if args.quick else 1000
     model = bg.fit(bundled + external, draws=draws, tune=draws, chains=2, seed=args.seed)
     print(model.diagnostics)
-    model.config["fitted_on"] = {
-        "bundled": [r.run_id for r in bundled],
-        "external": [r.run_id for r in external],
-        "date": dt.date.today().isoformat(),
-        "command": "python -m bayes_grpo.default_fit" + (" --quick" if args.quick else ""),
-    }
+    model.config["fitted_on"] = fitted_on(bundled, args.external, len(external), args.quick)
+    # The external runs are others' data: the model records how many there were and
+    # the checksum of their index, not their identifiers.
+    model.config["runs"] = [r.run_id for r in bundled]
     model.save(args.out, full=False)
     print(json.dumps({"out": str(args.out), "runs": len(bundled) + len(external)}, indent=1))
     return 0
