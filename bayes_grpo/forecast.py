@@ -315,14 +315,15 @@ def _laplace(log_post: Any, starts: np.ndarray, fallback_cov: np.ndarray) -> tup
     for i in range(dim):
         for j in range(dim):
             points += [mode + eye[i] + eye[j], mode + eye[i] - eye[j], mode - eye[i] + eye[j], mode - eye[i] - eye[j]]
-    values = log_post(np.array(points))
-    hessian = np.empty((dim, dim))
-    k = 1
-    for i in range(dim):
-        for j in range(dim):
-            pp, pm_, mp, mm = values[k : k + 4]
-            hessian[i, j] = (pp - pm_ - mp + mm) / (4 * h * h)
-            k += 4
+    with np.errstate(invalid="ignore"):  # -inf on a support boundary: handled below via fallback_cov
+        values = log_post(np.array(points))
+        hessian = np.empty((dim, dim))
+        k = 1
+        for i in range(dim):
+            for j in range(dim):
+                pp, pm_, mp, mm = values[k : k + 4]
+                hessian[i, j] = (pp - pm_ - mp + mm) / (4 * h * h)
+                k += 4
     precision = -(hessian + hessian.T) / 2
     if not np.all(np.isfinite(precision)):
         return mode, fallback_cov
