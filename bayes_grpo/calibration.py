@@ -70,7 +70,7 @@ def evaluate_run(model: "FittedModel", run: RunLog, fraction: float, *, seed: in
     forecast = model.forecast(head, total_steps=horizon(run), seed=seed)
     level = forecast.at_steps(window).mean(axis=1)
     rng = np.random.default_rng(seed)
-    noise = forecast.params["sigma"] * forecast.prepared.unit / np.sqrt(window.size)
+    noise = forecast.step_noise / np.sqrt(window.size)
     predicted = level + rng.standard_normal(level.size) * noise
     q05, q25, q50, q75, q95 = np.quantile(predicted, [0.05, 0.25, 0.5, 0.75, 0.95])
     persistence = float(head.rewards[-PERSISTENCE_POINTS:].mean())

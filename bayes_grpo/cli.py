@@ -329,20 +329,19 @@ def _demo_table(model: FittedModel, runs: Sequence[RunLog], fraction: float) -> 
 # ----------------------------------------------------------------- registry
 
 def _add_generate_parser(subparsers: argparse._SubParsersAction) -> None:
-    # Listed here for the help text only: the generator's options live in
-    # bayes_grpo.experiments.generate (which imports torch) and main() hands
-    # `generate ...` to _run_generate before the top-level parser runs.
+    # The generator's options live in bayes_grpo.experiments.generate, which imports
+    # torch; main() passes the arguments it does not know on to _run_generate.
     subparsers.add_parser("generate", add_help=False, help="make one bundled GRPO run with TRL (options: bayes-grpo generate --help)")
 
 
-def _run_generate(argv: Sequence[str]) -> int:
+def _run_generate(args: argparse.Namespace) -> int:
     from bayes_grpo.experiments import generate
 
     parser = argparse.ArgumentParser(
         prog=f"{PROG} generate", description=generate.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     generate.add_arguments(parser)
-    return generate.run_generate(parser.parse_args(argv))
+    return generate.run_generate(parser.parse_args(args.passthrough))
 
 
 COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable[[argparse.Namespace], int]]] = {
@@ -352,7 +351,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable
     "stop": (_add_stop_parser, _run_stop),
     "report": (_add_report_parser, _run_report),
     "demo": (_add_demo_parser, _run_demo),
-    "generate": (_add_generate_parser, lambda args: _run_generate([])),
+    "generate": (_add_generate_parser, _run_generate),
 }
 """Subcommand name -> (add its parser, run it and return the exit code)."""
 
@@ -371,11 +370,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 2 bad input or usage)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args, passthrough = parser.parse_known_args(argv)
+    if passthrough and args.command != "generate":
+        parser.error(f"unrecognized arguments: {' '.join(passthrough)}")
+    args.passthrough = passthrough
     try:
-        if argv[:1] == ["generate"]:
-            return _run_generate(argv[1:])
-        args = build_parser().parse_args(argv)
         return COMMANDS[args.command][1](args)
     except (BayesGrpoError, FileNotFoundError) as exc:
         _error(exc)

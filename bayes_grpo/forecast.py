@@ -30,8 +30,8 @@ from scipy.special import gammaln, logsumexp
 from bayes_grpo.curves import plateau_progress, reward_curve
 from bayes_grpo.errors import ModelError
 from bayes_grpo.logs import RunLog
-from bayes_grpo.model import NOISE_FLOOR
-from bayes_grpo.prepare import PreparedRun, bin_observations, centred_size, prepare_run
+from bayes_grpo.model import step_noise
+from bayes_grpo.prepare import PreparedRun, bin_observations, centred_size, prepare_run, start_level
 
 if TYPE_CHECKING:
     from bayes_grpo.model import FittedModel
@@ -93,6 +93,11 @@ class Forecast:
     @property
     def last_observed_step(self) -> int | None:
         return int(self.observed_steps[-1]) if self.observed_steps.size else None
+
+    @property
+    def step_noise(self) -> np.ndarray:
+        """Per-draw noise of one logged step, in reward units (the likelihood's, noise floor included)."""
+        return step_noise(self.params["sigma"]) * self.prepared.unit
 
     @property
     def final(self) -> FinalReward:
@@ -167,7 +172,7 @@ class _PopulationPrior:
         else:
             fam_gain, fam_gain_var = 0.0, pop["fam_gain_sd"] ** 2
             fam_tau, fam_tau_var = 0.0, pop["fam_tau_sd"] ** 2
-        start = initial_z if initial_z is not None else _start_level(prepared)
+        start = initial_z if initial_z is not None else start_level(prepared)
         r0_sd = pop["r0_sd"][k]
         if initial_z is not None:
             r0_sd = np.minimum(r0_sd, 0.02 if prepared.kind == "range" else 0.1)
@@ -208,18 +213,12 @@ class _PopulationPrior:
         return logsumexp(log_norm[None] - 0.5 * quad, axis=1) - np.log(rows.size)
 
 
-def _start_level(p: PreparedRun) -> float:
-    from bayes_grpo.model import _start_level as start_level
-
-    return start_level(p)
-
-
 def _student_t_loglik(form: str, theta: np.ndarray, t: np.ndarray, z: np.ndarray, counts: np.ndarray, nu: float) -> np.ndarray:
     if t.size == 0:
         return np.zeros(theta.shape[0])
     r0, asinh_gain, log_tau, log_beta, log_sigma = (theta[:, j : j + 1] for j in range(len(PARAMS)))
     mu = reward_curve(form, t[None], r0, np.sinh(asinh_gain), np.exp(log_tau), np.exp(log_beta))
-    scale = np.sqrt(np.exp(2 * log_sigma) + NOISE_FLOOR**2) / np.sqrt(counts)[None]
+    scale = step_noise(np.exp(log_sigma)) / np.sqrt(counts)[None]
     resid = (z[None] - mu) / scale
     const = gammaln((nu + 1) / 2) - gammaln(nu / 2) - 0.5 * np.log(nu * np.pi)
     return np.sum(const - np.log(scale) - (nu + 1) / 2 * np.log1p(resid**2 / nu), axis=1)

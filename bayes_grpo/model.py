@@ -46,7 +46,7 @@ import xarray as xr
 from bayes_grpo.curves import CURVE_FORMS, DEFAULT_FORM, reward_curve
 from bayes_grpo.errors import ModelError
 from bayes_grpo.logs import RunLog, RunSet
-from bayes_grpo.prepare import SCALE_KINDS, PreparedRun, bin_observations, centred_size, prepare_run, size_centres
+from bayes_grpo.prepare import SCALE_KINDS, PreparedRun, bin_observations, centred_size, prepare_run, size_centres, start_level
 
 STUDENT_NU = 4.0
 
@@ -96,7 +96,7 @@ def build_model(prepared: list[PreparedRun], form: str = DEFAULT_FORM, max_bins:
     centres = centres if centres is not None else size_centres(prepared)
     size = np.array([centred_size(p, centres) for p in prepared])
     init = np.array([p.initial_cov for p in prepared])
-    start = np.array([_start_level(p) for p in prepared])
+    start = np.array([start_level(p) for p in prepared])
     t_obs, z_obs, counts, run_of_obs = [], [], [], []
     for r, p in enumerate(prepared):
         t_b, z_b, c_b = bin_observations(p.t, p.z, max_bins)
@@ -159,18 +159,14 @@ def build_model(prepared: list[PreparedRun], form: str = DEFAULT_FORM, max_bins:
         sigma = pm.Deterministic("sigma", pt.exp(sig_mu[kind] + sig_sd[kind] * e_sig), dims="run")
 
         mu = reward_curve(form, t_data, r0[run_idx], gain[run_idx], tau[run_idx], beta[run_idx], xp=pt)
-        noise = pt.sqrt(sigma[run_idx] ** 2 + NOISE_FLOOR**2) / pt.sqrt(count_data)
+        noise = step_noise(sigma[run_idx], xp=pt) / pt.sqrt(count_data)
         pm.StudentT("z_obs", nu=STUDENT_NU, mu=mu, sigma=noise, observed=z_data, dims="obs")
     return model
 
 
-def _start_level(p: PreparedRun) -> float:
-    """Prior centre of a run's initial reward: its declared initial reward, else its first logged rewards."""
-    if p.initial_z is not None:
-        return p.initial_z
-    if p.kind == "learned" or p.z.size == 0:
-        return 0.0
-    return float(np.median(p.z[: max(3, min(10, p.z.size // 5))]))
+def step_noise(sigma: Any, xp: Any = np) -> Any:
+    """Per-step noise of the likelihood: the run's ``sigma`` with the :data:`NOISE_FLOOR` added in quadrature."""
+    return xp.sqrt(sigma**2 + NOISE_FLOOR**2)
 
 
 def _pick_sampler(requested: str | None) -> str:

@@ -72,6 +72,24 @@ def noise_scale(rewards: np.ndarray) -> float:
     return max(mad, floor, 1e-3 * max(1.0, float(np.abs(y).mean())))
 
 
+def early_level(values: np.ndarray) -> float:
+    """Median of a series' first rewards (its first fifth, 3 to 10 points): where the run started."""
+    values = np.asarray(values, dtype=float)
+    return float(np.median(values[: max(3, min(10, values.size // 5))]))
+
+
+def start_level(p: PreparedRun) -> float:
+    """Prior centre of a run's initial normalised reward: its declared initial reward, else its first logged rewards.
+
+    On the learned scale ``loc`` already is that early level, hence 0.
+    """
+    if p.initial_z is not None:
+        return p.initial_z
+    if p.kind == "learned" or p.z.size == 0:
+        return 0.0
+    return early_level(p.z)
+
+
 def spread_scale(rewards: np.ndarray) -> float:
     """Learned reward unit of a run without a declared range: its 10-90% reward spread so far.
 
@@ -139,14 +157,11 @@ def prepare_run(
                 f"run {run_id!r}: a run with no logged steps needs reward_range=(min, max) to put the forecast on a reward scale"
             )
         kind = "learned"
-        head = rewards[: max(3, min(10, rewards.size // 5))]
-        loc, unit = float(np.median(head)), spread_scale(rewards)
+        loc, unit = early_level(rewards), spread_scale(rewards)
 
     initial_z = None if initial_reward is None else (float(initial_reward) - loc) / unit
     if kind == "range":
-        start = initial_z if initial_z is not None else (
-            float(np.median(((rewards - loc) / unit)[: max(3, min(10, rewards.size // 5))])) if rewards.size else None
-        )
+        start = initial_z if initial_z is not None else ((early_level(rewards) - loc) / unit if rewards.size else None)
         initial_cov = 0.0 if start is None else float(np.clip(start, 0.0, 1.0)) - INITIAL_REWARD_CENTRE
     else:
         initial_cov = 0.0

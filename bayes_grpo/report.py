@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from bayes_grpo.curves import CURVE_FORMS, reward_curve
 from bayes_grpo.errors import ModelError
 from bayes_grpo.logs import RunLog
+from bayes_grpo.model import step_noise
 from bayes_grpo.prepare import prepare_run
 
 if TYPE_CHECKING:
@@ -198,7 +199,7 @@ def ppc_figure(model: FittedModel, runs: Sequence[RunLog], n_draws: int = 400, s
         beta = p["beta"].values if "beta" in p else np.ones(p["gain"].size)
         t = prepared.t
         mu = reward_curve(model.form, t[None], p["r0"].values[:, None], p["gain"].values[:, None], p["tau"].values[:, None], beta[:, None])
-        predictive = mu + p["sigma"].values[:, None] * rng.standard_t(nu, size=mu.shape)
+        predictive = mu + step_noise(p["sigma"].values)[:, None] * rng.standard_t(nu, size=mu.shape)
         for values, alpha, label in ((predictive, 0.2, "90% predictive"), (mu, 0.45, "90% curve")):
             lo, hi = np.quantile(prepared.to_reward(values), [0.05, 0.95], axis=0)
             ax.fill_between(run.steps, lo, hi, color="C0", alpha=alpha, lw=0, label=label)
