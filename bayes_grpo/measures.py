@@ -1,0 +1,138 @@
+"""Run-level measures, defined once: final reward, spread, cut, smoothing, regret, scores.
+
+Calibration, the stopping backtest, the report, the benchmarks, the CLI and the
+stopping rule all use these functions, so "final reward" or "regret" means the
+same thing everywhere. Definitions follow the project's evaluation protocol:
+
+* **final reward**: mean reward over the last 10% of logged steps;
+* **spread**: the 10-90% quantile range of the logged rewards;
+* **cut**: a run as it looked at a fraction of its planned total steps;
+* **smoothed**: Nadaraya-Watson Gaussian-kernel smoother with a bandwidth of 8%
+  of the run's steps;
+* **regret** of a stop: (S at the last step - S at the stop) / spread, S the
+  smoother of the whole run;
+* **quantile score**: mean pinball loss over the forecast quantiles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from bayes_grpo.settings import FINAL_WINDOW_FRACTION, PERSISTENCE_POINTS, SMOOTHING_BANDWIDTH
+
+if TYPE_CHECKING:
+    from bayes_grpo.logs import RunLog
+
+_SPREAD_FLOOR = 1e-9
+
+
+def horizon(run: RunLog) -> int:
+    """Planned total steps of a run, else its last logged step."""
+    return int(run.total_steps or run.steps[-1])
+
+
+def final_window_size(n_points: int, fraction: float = FINAL_WINDOW_FRACTION) -> int:
+    """Number of trailing logged points that define the final reward (at least 1)."""
+    return max(1, int(round(n_points * fraction)))
+
+
+def final_reward(rewards: np.ndarray, fraction: float = FINAL_WINDOW_FRACTION) -> float:
+    """Mean reward over the last ``fraction`` of the logged steps."""
+    rewards = np.asarray(rewards, dtype=float)
+    return float(rewards[-final_window_size(rewards.size, fraction) :].mean())
+
+
+def reward_spread(rewards: np.ndarray) -> float:
+    """The 10-90% quantile range of the rewards (floored so it can divide)."""
+    rewards = np.asarray(rewards, dtype=float)
+    if rewards.size == 0:
+        return _SPREAD_FLOOR
+    q10, q90 = np.quantile(rewards, [0.1, 0.9])
+    return max(float(q90 - q10), _SPREAD_FLOOR)
+
+
+def cut(run: RunLog, fraction: float, total_steps: int | None = None) -> RunLog:
+    """The run as it looked at ``fraction`` of its total steps (cut by step, at least 3 points kept)."""
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    total = total_steps if total_steps is not None else horizon(run)
+    step = fraction * total
+    n_seen = max(3, int(np.searchsorted(run.steps, step, side="right")))
+    return run.head(int(run.steps[min(n_seen, len(run.steps)) - 1]))
+
+
+def persistence(rewards: np.ndarray, points: int = PERSISTENCE_POINTS) -> float:
+    """Persistence forecast of the final reward: mean of the last ``points`` observed rewards."""
+    return float(np.asarray(rewards, dtype=float)[-points:].mean())
+
+
+def smoothed(steps: np.ndarray, rewards: np.ndarray, bandwidth: float = SMOOTHING_BANDWIDTH, span: float | None = None) -> np.ndarray:
+    """Gaussian-kernel (Nadaraya-Watson) smoother of ``rewards`` evaluated at ``steps``.
+
+    The kernel's standard deviation is ``bandwidth * span`` steps, ``span`` the
+    run's step range (default: last minus first logged step, at least 1).
+    """
+    steps = np.asarray(steps, dtype=float)
+    rewards = np.asarray(rewards, dtype=float)
+    if steps.size == 0:
+        return np.empty(0)
+    span = span if span is not None else max(float(steps[-1] - steps[0]), 1.0)
+    h = max(bandwidth * span, 1e-9)
+    # Chunked to bound memory on long logs (O(n * chunk)).
+    out = np.empty(steps.size)
+    chunk = 2048
+    for start in range(0, steps.size, chunk):
+        query = steps[start : start + chunk, None]
+        weights = np.exp(-0.5 * ((query - steps[None, :]) / h) ** 2)
+        out[start : start + chunk] = weights @ rewards / weights.sum(axis=1)
+    return out
+
+
+def best_step(steps: np.ndarray, rewards: np.ndarray, bandwidth: float = SMOOTHING_BANDWIDTH) -> int | None:
+    """The logged step with the highest smoothed reward among the steps given (None when empty)."""
+    steps = np.asarray(steps, dtype=float)
+    if steps.size == 0:
+        return None
+    return int(steps[int(np.argmax(smoothed(steps, rewards, bandwidth)))])
+
+
+def regret(steps: np.ndarray, rewards: np.ndarray, stop_step: float | None, bandwidth: float = SMOOTHING_BANDWIDTH) -> float:
+    """Regret of stopping at ``stop_step``: (S at the last step - S at the stop) / spread; 0 when never stopped."""
+    steps = np.asarray(steps, dtype=float)
+    if stop_step is None or stop_step >= steps[-1]:
+        return 0.0
+    curve = smoothed(steps, rewards, bandwidth)
+    at_stop = float(np.interp(stop_step, steps, curve))
+    return (float(curve[-1]) - at_stop) / reward_spread(rewards)
+
+
+def pinball_loss(truth: float, quantiles: Mapping[float, float]) -> float:
+    """Mean pinball (quantile) loss of predicted ``{q: value}`` quantiles against ``truth``."""
+    losses = [max(q * (truth - v), (q - 1.0) * (truth - v)) for q, v in quantiles.items()]
+    return float(np.mean(losses))
+
+
+def quantile_score(truth: float, quantiles: Mapping[float, float], spread: float) -> float:
+    """Pinball loss in units of ``spread`` (the run's reward spread): lower is better."""
+    return pinball_loss(truth, quantiles) / spread
+
+
+def interval_outcome(truth: float, lo: float, hi: float) -> str:
+    """'below', 'inside' or 'above': where ``truth`` falls relative to the interval ``[lo, hi]``."""
+    return "below" if truth < lo else ("above" if truth > hi else "inside")
+
+
+def change_after_cut(rewards_full: np.ndarray, rewards_head: np.ndarray) -> float:
+    """|final - persistence| / spread: how much a run moved after the cut (to pick the hardest runs)."""
+    return abs(final_reward(rewards_full) - persistence(rewards_head)) / reward_spread(rewards_full)
+
+
+def hardest_third(values: Sequence[float]) -> np.ndarray:
+    """Boolean mask of the top third of ``values`` (e.g. change after the cut)."""
+    values = np.asarray(values, dtype=float)
+    if values.size == 0:
+        return np.zeros(0, bool)
+    return values >= np.quantile(values, 2.0 / 3.0)
