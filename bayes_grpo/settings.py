@@ -52,3 +52,11 @@ def shared_runs_dir(path: str | os.PathLike | None = None) -> Path | None:
             raise FileNotFoundError(f"shared runs folder {folder} does not exist (set {SHARED_RUNS_ENV} or pass a path)")
         return folder
     return folder if folder.is_dir() else None
+
+
+_REPO_BUNDLED = Path(__file__).resolve().parents[1] / "data" / "runs"
+
+
+def bundled_runs_dir() -> Path:
+    """Folder of the GRPO runs this project generated and bundles (``data/runs`` in a checkout)."""
+    return _REPO_BUNDLED
