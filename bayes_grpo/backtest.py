@@ -1,187 +1,540 @@
-"""Replay finished runs step by step and score stopping rules on them.
+"""Backtest of stopping rules on finished runs, with folds grouped by source.
 
-A run is replayed as the :class:`~bayes_grpo.callback.PlateauStoppingCallback`
-would see it: ``total_steps`` is the run's last logged step, checks happen every
-``max(1, n // checks)`` logged points (50 checks by default) once ``min_fraction`` of the steps are done,
-and each check sees only the steps logged so far (``RunLog.head``).
+Every run is replayed as a live rule would see it. The replay's horizon is the
+run as it was trained (its last logged step). Checks happen every 2% of the
+steps from 10% on (:func:`check_indices`); each check sees only the steps logged
+so far (``RunLog.head``) and asks the Bayesian rule (:func:`bayes_grpo.stopping.decision_from_forecast`)
+for a decision, at its default settings and at each threshold of a sweep. A
+rule stops the run at the first check that says stop.
 
-Scores (all computed from the full logged run, never shown to a rule):
+The model behind each run's forecasts was fitted **without the run's source**
+(cross-validation grouped by source, :func:`bayes_grpo.calibration.grouped_folds`);
+folds run through :func:`bayes_grpo.parallel.map_jobs`.
 
-* *smoothed reward*: trailing rolling mean over ``max(1, round(0.1 n))`` logged points;
-* *spread*: max - min of the smoothed curve (per-step noise does not inflate it);
-  ``regret_raw`` divides by max - min of the raw per-step rewards instead;
-* *regret* of stopping at step s: (smoothed final reward - smoothed reward at s) / spread,
-  signed (negative when the run got worse after s); 0 for a run the rule never stops;
-* *saved*: (last step - s) / last step.
+Scores, from the full logged run (never shown to a rule; all in :mod:`bayes_grpo.measures`):
+
+* **regret** of a stop at step s: (S at the last step - S at s) / the run's 10-90%
+  reward spread, S the Gaussian-kernel smoother of the whole run (bandwidth 8%
+  of its steps); 0 for a run never stopped (:func:`bayes_grpo.measures.regret`);
+* **saved**: (last step - s) / last step;
+* **flips**: the share of consecutive checks whose decisions differ.
+
+Baselines: stopping at fixed fractions (40/60/80/90%), patience rules on the
+causally smoothed reward (like ``EarlyStoppingCallback``), Optuna's
+``PatientPruner``, and the hindsight oracle (the first check whose regret is at
+most 0.05), which knows the future and bounds what any rule can save.
 """
 
 from __future__ import annotations
 
+import time
 import warnings
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
+from bayes_grpo import measures
+from bayes_grpo.calibration import BUNDLED_SOURCE, fit_fold, fold_health, grouped_folds, run_seed
 from bayes_grpo.logs import RunLog
-from bayes_grpo.stopping import remaining_gain, reward_scale
+from bayes_grpo.parallel import map_jobs
+from bayes_grpo.stopping import decision_from_forecast
 
-SMOOTH_FRACTION = 0.1
-CHECKS_PER_RUN = 50
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from bayes_grpo.model import FittedModel
+
+#: First check, as a share of the run's steps.
+CHECK_START = 0.10
+#: Spacing of the checks, as a share of the run's steps.
+CHECK_EVERY = 0.02
+#: Thresholds on P(plateau) swept for the trade-off curve.
+THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
+#: Regret levels whose exceedance is reported ("share of runs with regret > 0.05 / 0.10").
+REGRET_LIMITS = (0.05, 0.10)
+#: The hindsight oracle stops at the first check with regret at most this.
+ORACLE_REGRET = 0.05
+#: Name of the Bayesian rule at its default settings in the results.
+DEFAULT_RULE = "bayes_grpo default"
 
 
-def smoothed(rewards: np.ndarray, fraction: float = SMOOTH_FRACTION) -> np.ndarray:
-    """Trailing rolling mean over ``fraction`` of the points."""
-    window = max(1, int(round(fraction * len(rewards))))
-    return pd.Series(np.asarray(rewards, dtype=float)).rolling(window, min_periods=1).mean().to_numpy()
+def check_indices(run: RunLog, start: float = CHECK_START, every: float = CHECK_EVERY) -> tuple[np.ndarray, np.ndarray]:
+    """Logged indices and step fractions at which a rule is consulted.
 
+    A check at fraction f sees the logged points with step <= f * last step; the
+    end of the run itself is not a check (stopping there saves nothing).
 
-def check_indices(run: RunLog, min_fraction: float = 0.1, checks: int = CHECKS_PER_RUN) -> np.ndarray:
-    """Indices of the logged points at which a rule is consulted."""
-    n, steps = len(run), run.steps
-    every = max(1, n // checks)
-    first = int(np.searchsorted(steps, min_fraction * steps[-1]))
-    return np.arange(first, n, every)
+    Parameters
+    ----------
+    run : RunLog
+        The complete run.
+    start, every : float
+        First check and spacing, as shares of the run's last step.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+        Indices into ``run.steps`` (at least 3 points seen, strictly increasing)
+        and the fraction of each check.
+
+    Example
+    -------
+    >>> indices, fractions = check_indices(run)  # doctest: +SKIP
+    """
+    steps = run.steps
+    fractions = np.round(np.arange(start, 1.0 - every / 2, every), 6)
+    indices = np.searchsorted(steps, fractions * steps[-1] + 1e-9, side="right") - 1
+    keep = (indices >= 2) & (indices < len(steps) - 1)
+    indices, fractions = indices[keep], fractions[keep]
+    first = np.unique(indices, return_index=True)[1]
+    return indices[first], fractions[first]
 
 
 def score(run: RunLog, stop_index: int | None) -> dict[str, float]:
-    """regret, regret_raw, saved and stop_step of stopping ``run`` at logged index ``stop_index`` (None: never)."""
+    """Stop step, saved share and regret of stopping ``run`` at logged index ``stop_index`` (None: never).
+
+    Parameters
+    ----------
+    run : RunLog
+        The complete run.
+    stop_index : int or None
+        Index into ``run.steps`` of the stop.
+
+    Returns
+    -------
+    dict
+        ``stop_step``, ``saved`` ((last - stop) / last) and ``regret`` (:func:`bayes_grpo.measures.regret`).
+
+    Example
+    -------
+    >>> score(run, None)  # doctest: +SKIP
+    {'stop_step': 100, 'saved': 0.0, 'regret': 0.0}
+    """
     steps = run.steps
+    last = int(steps[-1])
     if stop_index is None:
-        return {"stop_step": int(steps[-1]), "saved": 0.0, "regret": 0.0, "regret_raw": 0.0}
-    curve = smoothed(run.rewards)
-    loss = float(curve[-1] - curve[stop_index])
-    spreads = float(curve.max() - curve.min()), float(run.rewards.max() - run.rewards.min())
-    regret, regret_raw = (0.0 if spread <= 0 else loss / spread for spread in spreads)
-    saved = float((steps[-1] - steps[stop_index]) / steps[-1])
-    return {"stop_step": int(steps[stop_index]), "saved": saved, "regret": regret, "regret_raw": regret_raw}
+        return {"stop_step": last, "saved": 0.0, "regret": 0.0}
+    stop = int(steps[stop_index])
+    return {"stop_step": stop, "saved": (last - stop) / last, "regret": measures.regret(steps, run.rewards, stop)}
 
 
 @dataclass
 class RunTrace:
-    """Per-check evidence of the Bayesian rule on one run: gain draws and reward scales."""
+    """The Bayesian rule's evidence at every check of one run.
+
+    ``probability`` is P(plateau) at each check, ``default`` the default rule's
+    decisions, ``by_threshold`` the decisions at each of ``thresholds`` (shape
+    (len(thresholds), checks)), ``best_step`` the decision's checkpoint to keep.
+    """
 
     run: RunLog
+    source: str
     indices: np.ndarray
-    gains: np.ndarray  # (checks, n_draws) remaining-gain draws
-    scales: np.ndarray  # (checks,) reward scale for relative_to="range"
-    source: str = ""
+    fractions: np.ndarray
+    probability: np.ndarray
+    default: np.ndarray
+    thresholds: tuple[float, ...]
+    by_threshold: np.ndarray
+    best_step: np.ndarray
+    seconds_per_check: float = float("nan")
 
-    def probabilities(self, tolerance: float) -> np.ndarray:
-        """Stop probability at each check for this tolerance."""
-        return np.mean(self.gains < tolerance * self.scales[:, None], axis=1)
-
-    def stop_index(self, threshold: float, tolerance: float) -> int | None:
-        """Logged index of the first check where the probability reaches ``threshold``."""
-        hits = np.flatnonzero(self.probabilities(tolerance) >= threshold)
-        return int(self.indices[hits[0]]) if hits.size else None
+    @property
+    def set(self) -> str:
+        """"bundled" for the project's own runs, else "real"."""
+        return "bundled" if self.source == BUNDLED_SOURCE else "real"
 
 
 def trace(
-    model: object, run: RunLog, *, source: str = "", min_fraction: float = 0.1, checks: int = CHECKS_PER_RUN, n_draws: int = 400, **forecast_kw: object
+    model: FittedModel,
+    run: RunLog,
+    *,
+    source: str = BUNDLED_SOURCE,
+    thresholds: Sequence[float] = THRESHOLDS,
+    forecast_options: Mapping[str, Any] | None = None,
+    seed: int = 0,
 ) -> RunTrace:
-    """Forecast ``run`` at every check (as the callback would) and keep the gain draws (``forecast_kw``: e.g. ``drift``)."""
-    run = run.with_meta(total_steps=int(run.steps[-1]))
-    indices = check_indices(run, min_fraction, checks)
-    gains, scales = [], []
+    """Replay ``run`` check by check with ``model`` and keep the decisions.
+
+    Parameters
+    ----------
+    model : FittedModel
+        The model that forecasts (for honest figures: one that never saw this run's source).
+    run : RunLog
+        The complete run; the replay's planned length is its last logged step.
+    source : str
+        The run's source (kept for the summaries).
+    thresholds : sequence of float
+        Thresholds on P(plateau) at which decisions are also recorded.
+    forecast_options : mapping, optional
+        Extra keyword arguments of ``model.forecast`` (e.g. ``n_draws``).
+    seed : int
+        Base seed of the forecasts (each check gets its own).
+
+    Returns
+    -------
+    RunTrace
+
+    Example
+    -------
+    >>> tr = trace(bg.default_model(), run)  # doctest: +SKIP
+    >>> tr.default  # doctest: +SKIP
+    """
+    last = run.last_step
+    run = run.with_meta(total_steps=last)
+    indices, fractions = check_indices(run)
+    base = run_seed(seed, run.run_id)
+    probability, default, best, by_threshold = [], [], [], []
+    started = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for i in indices:
-            fc = model.forecast(run.head(int(run.steps[i])), n_draws=n_draws, seed=int(i), **forecast_kw)
-            gains.append(remaining_gain(fc))
-            scales.append(reward_scale(fc))
-    return RunTrace(run, indices, np.array(gains).reshape(len(indices), -1), np.array(scales), source)
+        for k, i in enumerate(indices):
+            fc = model.forecast(run.head(int(run.steps[i])), total_steps=last, seed=base + k, **dict(forecast_options or {}))
+            decision = decision_from_forecast(fc)
+            probability.append(decision.probability)
+            default.append(decision.should_stop)
+            best.append(getattr(decision, "best_step", np.nan))
+            by_threshold.append([decision_from_forecast(fc, threshold=t).should_stop for t in thresholds])
+    seconds = (time.perf_counter() - started) / max(len(indices), 1)
+    return RunTrace(
+        run=run,
+        source=source,
+        indices=indices,
+        fractions=fractions,
+        probability=np.asarray(probability, dtype=float),
+        default=np.asarray(default, dtype=bool),
+        thresholds=tuple(thresholds),
+        by_threshold=np.asarray(by_threshold, dtype=bool).reshape(len(indices), len(thresholds)).T,
+        best_step=np.asarray(best, dtype=float),
+        seconds_per_check=seconds,
+    )
 
 
-def fixed_fraction(fraction: float) -> Callable[[RunLog, np.ndarray], int | None]:
-    """Baseline: stop at the first logged step >= ``fraction`` of the run."""
+# ------------------------------------------------------------------ baseline rules
 
-    def rule(run: RunLog, indices: np.ndarray) -> int | None:
-        return int(np.searchsorted(run.steps, fraction * run.steps[-1]))
+#: A rule maps a run's trace to its decision (stop or not) at each check.
+Rule = Callable[[RunTrace], np.ndarray]
+
+
+def fixed_fraction(fraction: float) -> Rule:
+    """Baseline: stop at the first check at or after ``fraction`` of the steps."""
+
+    def rule(tr: RunTrace) -> np.ndarray:
+        return tr.fractions >= fraction - 1e-9
 
     return rule
 
 
-def patience_rule(patience: int) -> Callable[[RunLog, np.ndarray], int | None]:
+def causal_smoothed(run: RunLog, indices: np.ndarray) -> np.ndarray:
+    """The smoothed reward at each check from the points seen so far (what a live rule can know).
+
+    The same Gaussian kernel as the regret's smoother (bandwidth 8% of the run's
+    steps), one-sided because the future is not logged yet.
+    """
+    steps, rewards = run.steps, run.rewards
+    span = max(float(steps[-1] - steps[0]), 1.0)
+    return np.array([measures.smoothed(steps[: i + 1], rewards[: i + 1], span=span)[-1] for i in indices])
+
+
+def patience_rule(patience: int) -> Rule:
     """Baseline like ``EarlyStoppingCallback``: stop after ``patience`` checks without a new best smoothed reward."""
 
-    def rule(run: RunLog, indices: np.ndarray) -> int | None:
-        best, waited = -np.inf, 0
-        for i in indices:
-            value = _causal_smoothed(run.rewards, i)
-            if value > best:
-                best, waited = value, 0
-            else:
-                waited += 1
-                if waited >= patience:
-                    return int(i)
-        return None
+    def rule(tr: RunTrace) -> np.ndarray:
+        best, waited, out = -np.inf, 0, []
+        for value in causal_smoothed(tr.run, tr.indices):
+            best, waited = (value, 0) if value > best else (best, waited + 1)
+            out.append(waited >= patience)
+        return np.asarray(out, dtype=bool)
 
     return rule
 
 
-def optuna_patient_rule(patience: int) -> Callable[[RunLog, np.ndarray], int | None]:
-    """Baseline: Optuna's ``PatientPruner`` (no wrapped pruner) fed the smoothed reward at each check."""
-    import optuna
+def optuna_patient_rule(patience: int) -> Rule:
+    """Baseline: Optuna's ``PatientPruner`` (no wrapped pruner) fed the causally smoothed reward at each check."""
 
-    def rule(run: RunLog, indices: np.ndarray) -> int | None:
+    def rule(tr: RunTrace) -> np.ndarray:
+        import optuna
+
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = optuna.create_study(direction="maximize", pruner=optuna.pruners.PatientPruner(None, patience=patience))
         trial = study.ask()
-        for i in indices:
-            trial.report(_causal_smoothed(run.rewards, i), step=int(run.steps[i]))
-            if trial.should_prune():
-                return int(i)
-        return None
+        out = []
+        for value, i in zip(causal_smoothed(tr.run, tr.indices), tr.indices):
+            trial.report(float(value), step=int(tr.run.steps[i]))
+            out.append(trial.should_prune())
+        return np.asarray(out, dtype=bool)
 
     return rule
 
 
-def _causal_smoothed(rewards: np.ndarray, index: int) -> float:
-    """The smoothed reward at ``index`` using only points up to it (what a live rule can see)."""
-    window = max(1, int(round(SMOOTH_FRACTION * len(rewards))))
-    return float(np.mean(rewards[max(0, index - window + 1) : index + 1]))
+def oracle_rule(limit: float = ORACLE_REGRET) -> Rule:
+    """The hindsight oracle: stop at the first check whose regret (known only afterwards) is at most ``limit``."""
+
+    def rule(tr: RunTrace) -> np.ndarray:
+        steps, rewards = tr.run.steps, tr.run.rewards
+        return np.array([measures.regret(steps, rewards, int(steps[i])) <= limit for i in tr.indices], dtype=bool)
+
+    return rule
 
 
-def baseline_rules() -> dict[str, Callable[[RunLog, np.ndarray], int | None]]:
+def baseline_rules() -> dict[str, Rule]:
     """The comparison rules, by name."""
     return {
         "fixed 40%": fixed_fraction(0.4),
+        "fixed 60%": fixed_fraction(0.6),
         "fixed 80%": fixed_fraction(0.8),
+        "fixed 90%": fixed_fraction(0.9),
         "patience 5 checks": patience_rule(5),
         "patience 10 checks": patience_rule(10),
         "optuna PatientPruner(5)": optuna_patient_rule(5),
         "optuna PatientPruner(10)": optuna_patient_rule(10),
+        f"hindsight oracle (regret <= {ORACLE_REGRET})": oracle_rule(),
     }
 
 
-def evaluate(traces: Iterable[RunTrace], thresholds: Iterable[float], tolerances: Iterable[float]) -> pd.DataFrame:
-    """One row per (run, rule): rule, threshold, tolerance and the :func:`score` fields."""
+def _row(tr: RunTrace, rule: str, threshold: float, decisions: np.ndarray) -> dict[str, Any]:
+    hits = np.flatnonzero(decisions)
+    stop_index = int(tr.indices[hits[0]]) if hits.size else None
+    flips = float(np.mean(decisions[1:] != decisions[:-1])) if decisions.size > 1 else 0.0
+    flip_back = bool(np.any(decisions[:-1] & ~decisions[1:])) if decisions.size > 1 else False
+    return {
+        "run_id": tr.run.run_id,
+        "source": tr.source,
+        "set": tr.set,
+        "rule": rule,
+        "threshold": threshold,
+        "checks": int(tr.indices.size),
+        **score(tr.run, stop_index),
+        "flip_rate": flips,
+        "flip_back": flip_back,
+    }
+
+
+def evaluate(traces: Sequence[RunTrace], baselines: Mapping[str, Rule] | None = None) -> pd.DataFrame:
+    """One row per (run, rule): the default rule, every threshold of the sweep and the baselines.
+
+    Parameters
+    ----------
+    traces : sequence of RunTrace
+        Replays from :func:`trace`.
+    baselines : mapping, optional
+        Name -> rule (default: :func:`baseline_rules`).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``run_id, source, set, rule, threshold, checks, stop_step, saved,
+        regret, flip_rate, flip_back``; ``threshold`` is NaN for the default rule
+        and the baselines.
+
+    Example
+    -------
+    >>> results = evaluate([trace(model, run) for run in runs])  # doctest: +SKIP
+    """
+    rules = baseline_rules() if baselines is None else baselines
     rows = []
-    baselines = baseline_rules()
     for tr in traces:
-        base = {"run_id": tr.run.run_id, "source": tr.source, "n_points": len(tr.run)}
-        for tol in tolerances:
-            for thr in thresholds:
-                rows.append({**base, "rule": "bayes", "threshold": thr, "tolerance": tol, **score(tr.run, tr.stop_index(thr, tol))})
-        for name, rule in baselines.items():
-            rows.append({**base, "rule": name, "threshold": np.nan, "tolerance": np.nan, **score(tr.run, rule(tr.run, tr.indices))})
+        rows.append(_row(tr, DEFAULT_RULE, np.nan, tr.default))
+        rows += [_row(tr, "bayes_grpo threshold", t, d) for t, d in zip(tr.thresholds, tr.by_threshold)]
+        rows += [_row(tr, name, np.nan, rule(tr)) for name, rule in rules.items()]
     return pd.DataFrame(rows)
 
 
-def summarise(results: pd.DataFrame, by: list[str] | None = None) -> pd.DataFrame:
-    """Mean saved, median regret and share of runs with regret > 0.05, per rule (and threshold/tolerance)."""
-    by = by or ["rule", "threshold", "tolerance"]
-    grouped = results.groupby(by, dropna=False)
-    return pd.DataFrame(
+def summarise(results: pd.DataFrame, by: Sequence[str] = ("rule", "threshold")) -> pd.DataFrame:
+    """Per rule: mean and median saved, median regret, shares with regret over 0.05 and 0.10, stops, flips.
+
+    Parameters
+    ----------
+    results : pandas.DataFrame
+        Rows of :func:`evaluate`.
+    by : sequence of str
+        Grouping columns.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``runs, mean_saved, median_saved, median_regret,
+        share_regret_gt_0.05, share_regret_gt_0.10, share_stopped, flip_rate,
+        share_flip_back`` per group, in the order rules first appear.
+
+    Example
+    -------
+    >>> summarise(results[results["set"] == "real"])  # doctest: +SKIP
+    """
+    grouped = results.groupby(list(by), dropna=False, sort=False)
+    table = pd.DataFrame(
         {
             "runs": grouped.size(),
             "mean_saved": grouped["saved"].mean(),
+            "median_saved": grouped["saved"].median(),
             "median_regret": grouped["regret"].median(),
-            "share_regret_gt_0.05": grouped["regret"].apply(lambda r: float(np.mean(r > 0.05))),
-            "median_regret_raw": grouped["regret_raw"].median(),
-            "share_regret_raw_gt_0.05": grouped["regret_raw"].apply(lambda r: float(np.mean(r > 0.05))),
+            **{f"share_regret_gt_{limit:.2f}": grouped["regret"].apply(lambda r, v=limit: float(np.mean(r > v))) for limit in REGRET_LIMITS},
             "share_stopped": grouped["saved"].apply(lambda s: float(np.mean(s > 0))),
+            "flip_rate": grouped["flip_rate"].mean(),
+            "share_flip_back": grouped["flip_back"].mean(),
         }
-    ).reset_index()
+    )
+    return table.reset_index()
+
+
+def tradeoff_figure(summary: pd.DataFrame, title: str = "") -> Figure:
+    """Mean steps saved against the share of runs with regret > 0.05: the threshold sweep as a curve, other rules as points.
+
+    Parameters
+    ----------
+    summary : pandas.DataFrame
+        A :func:`summarise` table (one set of runs).
+    title : str
+        Figure title.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Example
+    -------
+    >>> tradeoff_figure(summarise(results)).savefig("tradeoff.png")  # doctest: +SKIP
+    """
+    import matplotlib.pyplot as plt
+
+    x, y = "share_regret_gt_0.05", "mean_saved"
+    fig, ax = plt.subplots(figsize=(7, 4.6), layout="constrained")
+    ax.add_patch(plt.Rectangle((0, 0.30), 0.10, 0.70, color="C2", alpha=0.12, lw=0, label="target (<= 10%, >= 30%)"))
+    sweep = summary[summary["rule"] == "bayes_grpo threshold"].sort_values("threshold")
+    ax.plot(sweep[x], sweep[y], "o-", color="C0", label="bayes_grpo, threshold sweep")
+    for _, row in sweep.iterrows():
+        ax.annotate(f"{row['threshold']:g}", (row[x], row[y]), textcoords="offset points", xytext=(4, 4), fontsize=7, color="C0")
+    others = summary[summary["rule"] != "bayes_grpo threshold"]
+    markers = {DEFAULT_RULE: ("*", "C3", 14)}
+    for i, (_, row) in enumerate(others.iterrows()):
+        marker, color, size = markers.get(row["rule"], ("os^Dv<>ph"[i % 9], f"C{(i % 7) + 1}", 7))
+        ax.plot(row[x], row[y], marker, color=color, ms=size, ls="none", label=row["rule"])
+    ax.set_xlabel("share of runs with regret > 0.05")
+    ax.set_ylabel("mean share of steps saved")
+    ax.set_xlim(-0.02, 1.02)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(title or "stopping rules: compute saved against bad stops", fontsize=10)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return fig
+
+
+# ------------------------------------------------------------------ grouped cross-validated backtest
+
+
+@dataclass(frozen=True)
+class BacktestJob:
+    """One fold of the backtest: fit on ``train`` (or use ``model``), replay ``test``."""
+
+    fold: int
+    n_folds: int
+    train: tuple[RunLog, ...]
+    test: tuple[RunLog, ...]
+    sources: Mapping[str, str]
+    fit_options: Mapping[str, Any] = field(default_factory=dict)
+    forecast_options: Mapping[str, Any] = field(default_factory=dict)
+    thresholds: tuple[float, ...] = THRESHOLDS
+    seed: int = 0
+    model: FittedModel | None = None
+
+    @property
+    def name(self) -> str:
+        fitted = "given model" if self.model is not None else f"fit {len(self.train)} runs"
+        return f"fold {self.fold + 1}/{self.n_folds}: {fitted}, replay {len(self.test)}"
+
+
+def run_backtest_fold(job: BacktestJob) -> tuple[list[RunTrace], dict[str, Any]]:
+    """Fit one fold (unless a model is given) and replay its held-out runs: (traces, fold health)."""
+    model = job.model if job.model is not None else fit_fold(job.train, job.fit_options, job.seed + job.fold)
+    traces = [
+        trace(model, run, source=job.sources[run.run_id], thresholds=job.thresholds, forecast_options=job.forecast_options, seed=job.seed)
+        for run in job.test
+    ]
+    health = {"fold": job.fold, "train_runs": len(job.train), "test_runs": len(job.test)}
+    if job.model is None:
+        health.update(fold_health(model))
+    return traces, health
+
+
+@dataclass
+class Backtest:
+    """A backtest's replays, per-(run, rule) results, and each fold's fit health."""
+
+    traces: list[RunTrace]
+    results: pd.DataFrame
+    folds: pd.DataFrame
+
+
+def backtest(
+    runs: Sequence[RunLog],
+    sources: Mapping[str, str],
+    *,
+    n_folds: int = 5,
+    model: FittedModel | None = None,
+    fit_options: Mapping[str, Any] | None = None,
+    forecast_options: Mapping[str, Any] | None = None,
+    thresholds: Sequence[float] = THRESHOLDS,
+    seed: int = 0,
+    n_jobs: int | None = 1,
+    cluster: str | None = None,
+    progress: bool = True,
+) -> Backtest:
+    """Backtest the stopping rule with folds grouped by source: each run is replayed with a model that never saw its source.
+
+    Parameters
+    ----------
+    runs : sequence of RunLog
+        Complete runs.
+    sources : mapping
+        ``run_id -> source`` (see :func:`bayes_grpo.calibration.load_evaluation_runs`).
+    n_folds : int
+        Number of folds grouped by source.
+    model : FittedModel, optional
+        Replay every run with this model instead of fitting folds (quick, but
+        in-sample for the runs it was fitted on; the folds then only split the work).
+    fit_options : mapping, optional
+        Keyword arguments of :func:`bayes_grpo.fit` for every fold.
+    forecast_options : mapping, optional
+        Keyword arguments of ``model.forecast`` at every check.
+    thresholds : sequence of float
+        Thresholds of the trade-off sweep.
+    seed : int
+        Seed of the fold layout, the fits and the forecasts.
+    n_jobs, cluster, progress
+        Passed to :func:`bayes_grpo.parallel.map_jobs`.
+
+    Returns
+    -------
+    Backtest
+
+    Raises
+    ------
+    BayesGrpoError
+        Bad ``n_folds`` (see :func:`bayes_grpo.calibration.grouped_folds`).
+
+    Example
+    -------
+    >>> runs, sources = load_evaluation_runs()  # doctest: +SKIP
+    >>> bt = backtest(runs, sources, fit_options={"draws": 300, "tune": 300})  # doctest: +SKIP
+    >>> summarise(bt.results)  # doctest: +SKIP
+    """
+    fold_of = grouped_folds({r.run_id: sources[r.run_id] for r in runs}, n_folds, seed)
+    jobs = [
+        BacktestJob(
+            fold,
+            n_folds,
+            tuple(r for r in runs if fold_of[r.run_id] != fold),
+            tuple(r for r in runs if fold_of[r.run_id] == fold),
+            {r.run_id: sources[r.run_id] for r in runs if fold_of[r.run_id] == fold},
+            dict(fit_options or {}),
+            dict(forecast_options or {}),
+            tuple(thresholds),
+            seed,
+            model,
+        )
+        for fold in range(n_folds)
+    ]
+    done = map_jobs(run_backtest_fold, jobs, n_jobs=n_jobs, cluster=cluster, progress=progress, desc="backtest folds")
+    traces = [tr for fold_traces, _ in done for tr in fold_traces]
+    return Backtest(traces=traces, results=evaluate(traces), folds=pd.DataFrame([h for _, h in done]))

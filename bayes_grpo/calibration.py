@@ -1,138 +1,622 @@
-"""Forecast calibration backtest: how good are forecasts made from part of a run?
+"""Forecast calibration, judged the way users meet the package: cross-validation grouped by source.
 
-For each run and each observed fraction (20%, 30%, 50% of its logged steps) the
-run is cut with :meth:`RunLog.head`, forecast to its end, and compared with what
-really happened:
+Each run is cut at 20%, 30% and 50% of its planned steps (:func:`bayes_grpo.measures.cut`),
+forecast to its end by a model fitted **without any run from the same source**,
+and scored against what really happened. Every definition comes from
+:mod:`bayes_grpo.measures`:
 
-* **final reward** = mean of the last 10% of the run's logged rewards;
-* **error** = |predicted final - final| / the run's reward spread (max - min of
-  its logged rewards), so runs on different reward scales are comparable;
-* **coverage** = whether the 50% / 90% central intervals of the predicted final
-  contain the final;
-* two baselines: **persistence** (final = mean of the last 10 observed rewards)
-  and the **paper-law** least-squares point fit extrapolated to the end.
+* **truth**: mean reward over the last 10% of the logged steps (the final window);
+* **spread**: the run's 10-90% reward spread; every error and width is in these units;
+* **error**: |forecast mean - truth| / spread;
+* **persistence** baseline: mean of the last 10 observed rewards;
+* **paper-law** baseline: the paper's sigmoid fitted by least squares to the
+  observed head (:func:`bayes_grpo.curves.fit_paper_law`), averaged over the final window;
+* **coverage** of the central 90% and 50% intervals; **truth above q95** and
+  **truth below q05** (where the misses go); **90% width** / spread;
+* **quantile score**: mean pinball loss at q = 0.05, 0.25, 0.5, 0.75, 0.95, over spread;
+* **change after the cut**: |truth - persistence| / spread; the top third of it
+  (:func:`bayes_grpo.measures.hardest_third`) is summarised separately.
 
-The forecast of the final is the posterior of the *mean of the expected reward
-over the same last-10% steps*, plus the sampling noise of averaging those noisy
-steps, so it predicts exactly the quantity it is scored against.
+**Forecast quantity.** By default (``quantity="window"``) the forecast is the
+posterior of the *mean of the forecast trajectory over the run's final-window
+steps* plus the noise of averaging that many logged steps
+(``Forecast.step_noise / sqrt(window size)``): exactly the quantity the truth
+measures, also for runs logged only part of their planned steps.
+``quantity="final"`` scores ``Forecast.final`` instead, as the public API
+returns it (the reward at ``total_steps``).
+
+Sources: the ``source_repo`` of each shared external run (from the metadata the
+loader attaches, else from ``index.csv``), and one source for all bundled runs.
+Folds are fitted and scored through :func:`bayes_grpo.parallel.map_jobs`, so they
+run on local processes or a Dask cluster with the same result.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+import warnings
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
 
+from bayes_grpo import measures
 from bayes_grpo.curves import fit_paper_law
-from bayes_grpo.errors import BayesGrpoError
-from bayes_grpo.logs import RunLog
+from bayes_grpo.errors import BayesGrpoError, LogError
+from bayes_grpo.logs import RunLog, load_runs
+from bayes_grpo.parallel import map_jobs
+from bayes_grpo.settings import EVALUATION_FRACTIONS, FORECAST_QUANTILES, shared_runs_dir
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from bayes_grpo.model import FittedModel
 
-FRACTIONS = (0.2, 0.3, 0.5)
-PERSISTENCE_POINTS = 10
+#: Source name given to every run bundled with the repository (they form one group).
+BUNDLED_SOURCE = "bundled"
+Quantity = Literal["window", "final"]
 
 
-def final_window(run: RunLog) -> np.ndarray:
-    """The steps whose mean reward defines a run's final reward (its last 10% of logged steps)."""
-    return run.steps[-max(1, len(run.steps) // 10) :]
+# ------------------------------------------------------------------ runs and sources
 
 
-def final_reward(run: RunLog) -> float:
-    """Mean reward over the last 10% of a run's logged steps."""
-    return float(run.rewards[-max(1, len(run.rewards) // 10) :].mean())
+def shared_index(shared_dir: str | Path | None = None) -> pd.DataFrame:
+    """The shared runs' ``index.csv`` (one row per run, with ``run_id`` and ``source_repo``).
+
+    Parameters
+    ----------
+    shared_dir : path, optional
+        Folder holding ``index.csv`` and ``runs/`` (default: :func:`bayes_grpo.settings.shared_runs_dir`).
+
+    Returns
+    -------
+    pandas.DataFrame
+        The index, empty when there is no shared folder.
+
+    Raises
+    ------
+    BayesGrpoError
+        The index has no ``run_id`` or ``source_repo`` column.
+
+    Example
+    -------
+    >>> shared_index().set_index("run_id")["source_repo"].nunique()  # doctest: +SKIP
+    25
+    """
+    folder = shared_runs_dir(shared_dir)
+    if folder is None or not (folder / "index.csv").is_file():
+        return pd.DataFrame(columns=["run_id", "source_repo"])
+    index = pd.read_csv(folder / "index.csv")
+    missing = {"run_id", "source_repo"} - set(index.columns)
+    if missing:
+        raise BayesGrpoError(f"{folder / 'index.csv'}: missing column(s) {sorted(missing)}")
+    return index
 
 
-def reward_spread(run: RunLog) -> float:
-    """Max - min of a run's logged rewards (floored to avoid dividing by zero)."""
-    return max(float(np.ptp(run.rewards)), 1e-9)
+def source_of(run: RunLog, index: Mapping[str, str] | None = None) -> str:
+    """The source (repository / recipe) a run comes from.
+
+    The ``source_repo`` metadata the loader attaches wins, then ``index``
+    (run_id -> source_repo), else the run counts as bundled.
+
+    Parameters
+    ----------
+    run : RunLog
+        The run.
+    index : mapping, optional
+        ``run_id -> source_repo`` (e.g. from :func:`shared_index`).
+
+    Returns
+    -------
+    str
+        The source name; :data:`BUNDLED_SOURCE` for the project's own runs.
+
+    Example
+    -------
+    >>> source_of(run)  # doctest: +SKIP
+    'Sunshine535/nips-grpo-dynamics'
+    """
+    extra = run.meta.extra or {}
+    source = extra.get("source_repo") or (index or {}).get(run.run_id)
+    return str(source) if source else BUNDLED_SOURCE
 
 
-def horizon(run: RunLog) -> int:
-    """Planned total steps of a run, else its last logged step."""
-    return int(run.total_steps or run.steps[-1])
+def load_evaluation_runs(
+    shared_dir: str | Path | None = None, *, bundled: bool = True, max_runs: int | None = None, seed: int = 0
+) -> tuple[list[RunLog], dict[str, str]]:
+    """The runs to evaluate on (shared external runs, plus the bundled runs) and the source of each.
+
+    Parameters
+    ----------
+    shared_dir : path, optional
+        Folder of the shared runs (default: :func:`bayes_grpo.settings.shared_runs_dir`).
+    bundled : bool
+        Add the runs bundled with the repository, as one source.
+    max_runs : int, optional
+        Keep this many runs, taken one per source in turn (sources in a
+        seeded random order), so a small subset still spans many sources.
+    seed : int
+        Seed of that order.
+
+    Returns
+    -------
+    (list of RunLog, dict)
+        The runs and ``run_id -> source``.
+
+    Raises
+    ------
+    BayesGrpoError
+        No runs were found.
+
+    Example
+    -------
+    >>> runs, sources = load_evaluation_runs(max_runs=12)  # doctest: +SKIP
+    """
+    runs: list[RunLog] = []
+    folder = shared_runs_dir(shared_dir)
+    if folder is not None and (folder / "runs").is_dir():
+        runs += list(load_runs(folder / "runs"))
+    if bundled:
+        try:
+            runs += list(load_runs())
+        except LogError:
+            pass  # an installed package without data/runs: shared runs only
+    if not runs:
+        raise BayesGrpoError("no runs to evaluate: neither the shared external runs nor the bundled runs were found")
+    index = shared_index(shared_dir).set_index("run_id")["source_repo"].astype(str).to_dict()
+    sources = {run.run_id: source_of(run, index) for run in runs}
+    if max_runs is not None and max_runs < len(runs):
+        runs = _spread_over_sources(runs, sources, max_runs, seed)
+    return runs, {run.run_id: sources[run.run_id] for run in runs}
 
 
-def cut(run: RunLog, fraction: float) -> RunLog:
-    """The run as it looked after ``fraction`` of its logged steps (at least 3 steps)."""
-    n_seen = max(3, int(round(fraction * len(run.steps))))
-    return run.head(int(run.steps[n_seen - 1]))
+def _spread_over_sources(runs: list[RunLog], sources: Mapping[str, str], n: int, seed: int) -> list[RunLog]:
+    by_source: dict[str, list[RunLog]] = {}
+    for run in runs:
+        by_source.setdefault(sources[run.run_id], []).append(run)
+    order = sorted(by_source)
+    np.random.default_rng(seed).shuffle(order)
+    picked: list[RunLog] = []
+    while len(picked) < n:
+        for source in order:
+            if by_source[source] and len(picked) < n:
+                picked.append(by_source[source].pop(0))
+    return picked
 
 
-def evaluate_run(model: "FittedModel", run: RunLog, fraction: float, *, seed: int = 0) -> dict:
-    """Forecast one run from ``fraction`` of its steps and score it against its real end."""
-    head = cut(run, fraction)
-    window = final_window(run)
-    truth, spread = final_reward(run), reward_spread(run)
-    forecast = model.forecast(head, total_steps=horizon(run), seed=seed)
-    level = forecast.at_steps(window).mean(axis=1)
-    rng = np.random.default_rng(seed)
-    noise = forecast.step_noise / np.sqrt(window.size)
-    predicted = level + rng.standard_normal(level.size) * noise
-    q05, q25, q50, q75, q95 = np.quantile(predicted, [0.05, 0.25, 0.5, 0.75, 0.95])
-    persistence = float(head.rewards[-PERSISTENCE_POINTS:].mean())
+def grouped_folds(sources: Mapping[str, str], n_folds: int, seed: int = 0) -> dict[str, int]:
+    """Assign runs to folds so that no source is on both sides of a fold.
+
+    Sources are shuffled (seeded), then placed largest first into the fold with
+    the fewest runs so far, which keeps folds balanced in runs.
+
+    Parameters
+    ----------
+    sources : mapping
+        ``run_id -> source``.
+    n_folds : int
+        Number of folds (at least 2, at most the number of sources).
+    seed : int
+        Seed of the shuffle.
+
+    Returns
+    -------
+    dict
+        ``run_id -> fold`` (0-based).
+
+    Raises
+    ------
+    BayesGrpoError
+        ``n_folds`` is below 2 or above the number of sources.
+
+    Example
+    -------
+    >>> grouped_folds({"a": "s1", "b": "s1", "c": "s2"}, 2)
+    {'a': 0, 'b': 0, 'c': 1}
+    """
+    groups: dict[str, list[str]] = {}
+    for run_id, source in sources.items():
+        groups.setdefault(source, []).append(run_id)
+    if not 2 <= n_folds <= len(groups):
+        raise BayesGrpoError(f"n_folds must be between 2 and the number of sources ({len(groups)}), got {n_folds}")
+    names = sorted(groups)
+    np.random.default_rng(seed).shuffle(names)
+    names.sort(key=lambda s: -len(groups[s]))  # stable: shuffled order breaks ties
+    sizes = [0] * n_folds
+    fold_of: dict[str, int] = {}
+    for source in names:
+        fold = int(np.argmin(sizes))
+        sizes[fold] += len(groups[source])
+        fold_of.update({run_id: fold for run_id in groups[source]})
+    return fold_of
+
+
+# ------------------------------------------------------------------ scoring one forecast
+
+
+def run_seed(seed: int, run_id: str) -> int:
+    """A seed for one run, stable across processes and fold layouts (CRC32 of the run id)."""
+    return (seed * 1_000_003 + zlib.crc32(run_id.encode())) % 2**32
+
+
+def evaluate_run(model: FittedModel, run: RunLog, fraction: float, *, seed: int = 0, quantity: Quantity = "window") -> dict[str, Any] | None:
+    """Forecast ``run`` from ``fraction`` of its planned steps and score it against its real end.
+
+    Parameters
+    ----------
+    model : FittedModel
+        The model to forecast with (for honest figures: one that never saw this run's source).
+    run : RunLog
+        The complete run.
+    fraction : float
+        Share of the planned steps observed (:func:`bayes_grpo.measures.cut`).
+    seed : int
+        Seed of the forecast.
+    quantity : {"window", "final"}
+        What is scored (see the module docstring).
+
+    Returns
+    -------
+    dict or None
+        One row of scores; None when the cut already reaches the final window
+        (a run logged only part of its planned steps), where there is nothing to forecast.
+
+    Example
+    -------
+    >>> row = evaluate_run(model, run, 0.3)  # doctest: +SKIP
+    >>> row["error"], row["covered_90"]  # doctest: +SKIP
+    """
+    total = measures.horizon(run)
+    head = measures.cut(run, fraction, total)
+    window = run.steps[-measures.final_window_size(len(run)) :]
+    if head.last_step >= window[0]:
+        return None
+    truth, spread = measures.final_reward(run.rewards), measures.reward_spread(run.rewards)
+    fc = model.forecast(head, total_steps=total, seed=seed)
+    levels = np.asarray(FORECAST_QUANTILES)
+    if quantity == "window":
+        rng = np.random.default_rng(seed)
+        samples = fc.at_steps(window).mean(axis=1) + rng.standard_normal(fc.draws.shape[0]) * fc.step_noise / np.sqrt(window.size)
+        mean, values = float(samples.mean()), np.quantile(samples, levels)
+    elif quantity == "final":
+        mean, values = float(fc.final.mean), np.asarray(fc.final.quantile(levels), dtype=float)
+    else:
+        raise BayesGrpoError(f"quantity must be 'window' or 'final', got {quantity!r}")
+    quantiles = dict(zip(FORECAST_QUANTILES, values.tolist()))
+    q05, q25, q75, q95 = (quantiles[q] for q in (0.05, 0.25, 0.75, 0.95))
+    persistence = measures.persistence(head.rewards)
     try:
-        law = fit_paper_law(head.steps / horizon(run), head.rewards)
-        paper = float(law.predict(window / horizon(run)).mean())
+        law = fit_paper_law(head.steps / total, head.rewards)
+        paper = float(np.mean(law.predict(window / total)))
     except BayesGrpoError:
-        paper = persistence
+        paper = persistence  # too few points to fit: the law says "stay"
+    outcome = measures.interval_outcome(truth, q05, q95)
     return {
         "run_id": run.run_id,
         "family": run.family,
         "fraction": fraction,
-        "observed_steps": int(head.steps[-1]),
-        "final": truth,
+        "observed_step": head.last_step,
+        "total_steps": total,
+        "truth": truth,
         "spread": spread,
-        "predicted": float(q50),
-        "error": abs(q50 - truth) / spread,
+        "forecast_mean": mean,
+        **{f"q{round(100 * q):02d}": v for q, v in quantiles.items()},
+        "error": abs(mean - truth) / spread,
         "persistence_error": abs(persistence - truth) / spread,
         "paper_law_error": abs(paper - truth) / spread,
-        "covered_50": bool(q25 <= truth <= q75),
-        "covered_90": bool(q05 <= truth <= q95),
-        "interval_90_width": (q95 - q05) / spread,
+        "covered_90": outcome == "inside",
+        "covered_50": measures.interval_outcome(truth, q25, q75) == "inside",
+        "above_q95": outcome == "above",
+        "below_q05": outcome == "below",
+        "width_90": (q95 - q05) / spread,
+        "quantile_score": measures.quantile_score(truth, quantiles, spread),
+        "change_after_cut": measures.change_after_cut(run.rewards, head.rewards),
+        "ess": float(getattr(fc, "ess", np.nan)),
     }
 
 
 def evaluate(
-    model_for: Callable[[RunLog], "FittedModel"],
+    model: FittedModel,
     runs: Iterable[RunLog],
-    fractions: Iterable[float] = FRACTIONS,
+    fractions: Sequence[float] = EVALUATION_FRACTIONS,
     *,
-    progress: bool = True,
+    seed: int = 0,
+    quantity: Quantity = "window",
 ) -> pd.DataFrame:
-    """Score forecasts of every run at every fraction; ``model_for(run)`` gives the model to use.
+    """Score forecasts of every run at every fraction with one model (rows of :func:`evaluate_run`).
 
-    Passing a function lets a cross-validated benchmark forecast each run with a
-    model that never saw it.
+    Parameters
+    ----------
+    model : FittedModel
+        The model to forecast with.
+    runs : iterable of RunLog
+        Complete runs.
+    fractions : sequence of float
+        Observed shares of the planned steps.
+    seed : int
+        Base seed; each run gets :func:`run_seed` of it.
+    quantity : {"window", "final"}
+        What is scored.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (run, fraction) that could be scored.
+
+    Example
+    -------
+    >>> scores = evaluate(bg.default_model(), runs[:3])  # doctest: +SKIP
     """
-    from tqdm.auto import tqdm
-
-    runs = list(runs)
-    fractions = list(fractions)
     rows = []
-    for run in tqdm(runs, desc="calibration", disable=not progress):
-        model = model_for(run)
-        rows.extend(evaluate_run(model, run, fraction) for fraction in fractions)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for run in runs:
+            for fraction in fractions:
+                row = evaluate_run(model, run, fraction, seed=run_seed(seed, run.run_id), quantity=quantity)
+                if row is not None:
+                    rows.append(row)
     return pd.DataFrame(rows)
 
 
-def summarise(scores: pd.DataFrame) -> pd.DataFrame:
-    """One row per observed fraction: mean/median errors, ratio to persistence, coverage."""
-    grouped = scores.groupby("fraction")
+# ------------------------------------------------------------------ cross-validation
+
+
+@dataclass(frozen=True)
+class FoldJob:
+    """One fold of a grouped cross-validation: fit on ``train``, score ``test``."""
+
+    fold: int
+    n_folds: int
+    train: tuple[RunLog, ...]
+    test: tuple[RunLog, ...]
+    fractions: tuple[float, ...] = EVALUATION_FRACTIONS
+    fit_options: Mapping[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    quantity: Quantity = "window"
+
+    @property
+    def name(self) -> str:
+        return f"fold {self.fold + 1}/{self.n_folds}: fit {len(self.train)} runs, score {len(self.test)}"
+
+
+def fit_fold(train: Sequence[RunLog], fit_options: Mapping[str, Any], seed: int) -> FittedModel:
+    """Fit the hierarchy to one fold's training runs, quietly (its sampler health is kept in ``diagnostics``)."""
+    from bayes_grpo.model import fit
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fit(list(train), **{"seed": seed, "progressbar": False, "keep_full": False, **fit_options})
+
+
+def fold_health(model: FittedModel) -> dict[str, Any]:
+    """Sampler figures of a fold's fit: sampler, seconds, max r_hat, min bulk ESS, divergences."""
+    diagnostics = model.diagnostics
+    names = ("sampler", "seconds", "max_r_hat", "min_ess_bulk", "divergences")
+    return {name: getattr(diagnostics, name, np.nan) for name in names}
+
+
+def run_fold(job: FoldJob) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Fit one fold and score its held-out runs: (scores, fold health)."""
+    model = fit_fold(job.train, job.fit_options, job.seed + job.fold)
+    scores = evaluate(model, job.test, job.fractions, seed=job.seed, quantity=job.quantity)
+    health = {"fold": job.fold, "train_runs": len(job.train), "test_runs": len(job.test), **fold_health(model)}
+    return scores.assign(fold=job.fold), health
+
+
+@dataclass
+class CrossValidation:
+    """Scores of a grouped cross-validation (one row per run and fraction) and each fold's fit health."""
+
+    scores: pd.DataFrame
+    folds: pd.DataFrame
+
+
+def fold_jobs(
+    runs: Sequence[RunLog],
+    sources: Mapping[str, str],
+    n_folds: int,
+    *,
+    fractions: Sequence[float] = EVALUATION_FRACTIONS,
+    fit_options: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    quantity: Quantity = "window",
+) -> list[FoldJob]:
+    """The folds of a cross-validation grouped by source (see :func:`grouped_folds`), as jobs."""
+    fold_of = grouped_folds({r.run_id: sources[r.run_id] for r in runs}, n_folds, seed)
+    return [
+        FoldJob(
+            fold,
+            n_folds,
+            tuple(r for r in runs if fold_of[r.run_id] != fold),
+            tuple(r for r in runs if fold_of[r.run_id] == fold),
+            tuple(fractions),
+            dict(fit_options or {}),
+            seed,
+            quantity,
+        )
+        for fold in range(n_folds)
+    ]
+
+
+def cross_validate(
+    runs: Sequence[RunLog],
+    sources: Mapping[str, str],
+    *,
+    n_folds: int = 5,
+    fractions: Sequence[float] = EVALUATION_FRACTIONS,
+    fit_options: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    quantity: Quantity = "window",
+    n_jobs: int | None = 1,
+    cluster: str | None = None,
+    progress: bool = True,
+) -> CrossValidation:
+    """Cross-validate forecasts with folds grouped by source: no source is on both sides of a fold.
+
+    Parameters
+    ----------
+    runs : sequence of RunLog
+        Complete runs.
+    sources : mapping
+        ``run_id -> source`` (see :func:`load_evaluation_runs`).
+    n_folds : int
+        Number of folds.
+    fractions : sequence of float
+        Observed shares of the planned steps.
+    fit_options : mapping, optional
+        Keyword arguments of :func:`bayes_grpo.fit` for every fold (e.g. ``draws``, ``tune``).
+    seed : int
+        Seed of the fold layout, the fits (``seed + fold``) and the forecasts.
+    quantity : {"window", "final"}
+        What is scored (module docstring).
+    n_jobs, cluster, progress
+        Passed to :func:`bayes_grpo.parallel.map_jobs`: folds run on ``n_jobs``
+        local processes (default 1: each fit already uses every core for its
+        chains), or on a Dask cluster.
+
+    Returns
+    -------
+    CrossValidation
+        ``scores`` (rows of :func:`evaluate_run` plus ``fold``, ``source`` and
+        ``set`` = "real" / "bundled") and ``folds`` (one row of fit health per fold).
+
+    Raises
+    ------
+    BayesGrpoError
+        Bad ``n_folds`` (see :func:`grouped_folds`).
+
+    Example
+    -------
+    >>> runs, sources = load_evaluation_runs()  # doctest: +SKIP
+    >>> cv = cross_validate(runs, sources, n_folds=5, fit_options={"draws": 300, "tune": 300})  # doctest: +SKIP
+    >>> summarise(cv.scores)  # doctest: +SKIP
+    """
+    jobs = fold_jobs(runs, sources, n_folds, fractions=fractions, fit_options=fit_options, seed=seed, quantity=quantity)
+    results = map_jobs(run_fold, jobs, n_jobs=n_jobs, cluster=cluster, progress=progress, desc="calibration folds")
+    scores = pd.concat([s for s, _ in results], ignore_index=True)
+    scores["source"] = scores["run_id"].map(sources)
+    scores["set"] = np.where(scores["source"] == BUNDLED_SOURCE, "bundled", "real")
+    return CrossValidation(scores=scores, folds=pd.DataFrame([h for _, h in results]))
+
+
+# ------------------------------------------------------------------ summaries
+
+
+def summarise(scores: pd.DataFrame, by: Sequence[str] = ("fraction",)) -> pd.DataFrame:
+    """Means, coverages and shares of the scores, one row per ``by`` group (default: per observed fraction).
+
+    Parameters
+    ----------
+    scores : pandas.DataFrame
+        Rows of :func:`evaluate_run`.
+    by : sequence of str
+        Grouping columns.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``runs, error, persistence, paper_law, ratio_to_persistence,
+        coverage_90, coverage_50, above_q95, below_q05, width_90_median,
+        quantile_score, change_after_cut``.
+
+    Example
+    -------
+    >>> summarise(cv.scores[cv.scores["set"] == "real"])  # doctest: +SKIP
+    """
+    grouped = scores.groupby(list(by))
     table = pd.DataFrame(
         {
             "runs": grouped.size(),
-            "error_mean": grouped["error"].mean(),
-            "error_median": grouped["error"].median(),
-            "persistence_mean": grouped["persistence_error"].mean(),
-            "paper_law_mean": grouped["paper_law_error"].mean(),
-            "ratio_to_persistence": grouped["error"].mean() / grouped["persistence_error"].mean(),
-            "coverage_50": grouped["covered_50"].mean(),
+            "error": grouped["error"].mean(),
+            "persistence": grouped["persistence_error"].mean(),
+            "paper_law": grouped["paper_law_error"].mean(),
             "coverage_90": grouped["covered_90"].mean(),
-            "width_90_median": grouped["interval_90_width"].median(),
+            "coverage_50": grouped["covered_50"].mean(),
+            "above_q95": grouped["above_q95"].mean(),
+            "below_q05": grouped["below_q05"].mean(),
+            "width_90_median": grouped["width_90"].median(),
+            "quantile_score": grouped["quantile_score"].mean(),
+            "change_after_cut": grouped["change_after_cut"].mean(),
         }
     )
+    table.insert(4, "ratio_to_persistence", table["error"] / table["persistence"])
     return table.reset_index()
+
+
+def hardest(scores: pd.DataFrame) -> pd.DataFrame:
+    """The rows in the top third of change after the cut, taken separately at each observed fraction."""
+    if scores.empty:
+        return scores
+    mask = scores.groupby("fraction")["change_after_cut"].transform(lambda v: pd.Series(measures.hardest_third(v.to_numpy()), index=v.index))
+    return scores[mask.astype(bool)]
+
+
+def summary_tables(scores: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The summaries a calibration report shows, by title: real, real hardest third, bundled, all.
+
+    Parameters
+    ----------
+    scores : pandas.DataFrame
+        Scores with a ``set`` column (from :func:`cross_validate`).
+
+    Returns
+    -------
+    dict
+        Title -> :func:`summarise` table; sets without rows are left out.
+
+    Example
+    -------
+    >>> for title, table in summary_tables(cv.scores).items(): print(title, table)  # doctest: +SKIP
+    """
+    real, bundled = scores[scores["set"] == "real"], scores[scores["set"] == "bundled"]
+    parts = {
+        "real runs": real,
+        "real runs, hardest third (largest |final - persistence|)": hardest(real),
+        "bundled runs": bundled,
+        "all runs": scores,
+        "all runs, hardest third": hardest(scores),
+    }
+    return {title: summarise(part) for title, part in parts.items() if len(part)}
+
+
+def calibration_figure(scores: pd.DataFrame) -> Figure:
+    """Coverage of the 90% and 50% intervals (targets shaded) and mean error against the baselines, by observed fraction.
+
+    Parameters
+    ----------
+    scores : pandas.DataFrame
+        Scores with a ``set`` column (from :func:`cross_validate`).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Three panels: 90% coverage, 50% coverage, mean error (forecast, persistence, paper law).
+
+    Example
+    -------
+    >>> calibration_figure(cv.scores).savefig("calibration.png")  # doctest: +SKIP
+    """
+    import matplotlib.pyplot as plt
+
+    tables = summary_tables(scores)
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), layout="constrained")
+    for ax, column, band in ((axes[0], "coverage_90", (0.85, 0.95)), (axes[1], "coverage_50", (0.40, 0.60))):
+        ax.axhspan(*band, color="C2", alpha=0.15, lw=0, label="target")
+        for i, (title, table) in enumerate(tables.items()):
+            ax.plot(table["fraction"], table[column], "o-", color=f"C{i}", label=title.split(" (")[0])
+        ax.set_ylim(0, 1.02)
+        ax.set_title(column.replace("_", " ") + "%", fontsize=10)
+        ax.set_xlabel("observed share of the planned steps")
+    axes[0].legend(fontsize=7, loc="lower right")
+    first = next(iter(tables))
+    table = tables[first]
+    for column, style in (("error", "o-"), ("persistence", "s--"), ("paper_law", "^:")):
+        axes[2].plot(table["fraction"], table[column], style, label=column.replace("_", " "))
+    axes[2].set_title(f"mean error / spread ({first})", fontsize=10)
+    axes[2].set_xlabel("observed share of the planned steps")
+    axes[2].legend(fontsize=7)
+    return fig
+

@@ -3,10 +3,23 @@
 ``PlateauStoppingCallback`` reads the reward history from ``state.log_history``
 at each log, and every ``check_every`` steps (once ``min_fraction`` of
 ``max_steps`` is done) forecasts the rest of the run and applies
-:func:`bayes_grpo.stopping.decision_from_forecast`. It adds
-``plateau/probability`` and ``plateau/expected_gain`` to the logs of that step
-and sets ``control.should_training_stop`` when the rule says stop. Any failure
-inside the callback becomes a warning; training always goes on.
+:func:`bayes_grpo.stopping.decision_from_forecast`. It adds to the logs of that
+step (so W&B, TensorBoard and ``trainer.state.log_history`` get them with the
+other metrics):
+
+* ``plateau/probability``, ``plateau/expected_gain``: the stop rule's evidence;
+* ``plateau/best_step``: the step with the highest smoothed reward so far (the
+  one worth keeping);
+* ``forecast/final_q50``, ``forecast/final_q05``, ``forecast/final_q95``: the
+  median and 90% interval of the forecast reward at ``max_steps``.
+
+It sets ``control.should_training_stop`` when the rule says stop. When the
+trainer saves checkpoints, :attr:`PlateauStoppingCallback.best_checkpoint`
+names the ``checkpoint-N`` folder that holds the best step (or the nearest one
+saved before it), and the stop message says which to keep.
+
+Problems never break training: a missing reward key or non-numeric rewards get
+one warning, and a failing check one warning, after which training goes on.
 
 Reporting callbacks (W&B, TensorBoard) run before callbacks passed by the user,
 so to have the ``plateau/*`` keys reach them on the same step, attach the
@@ -16,38 +29,100 @@ as ``callbacks=[...]`` the keys still land in ``trainer.state.log_history``.
 
 from __future__ import annotations
 
+import math
+import numbers
+import re
 import warnings
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from bayes_grpo.errors import BayesGrpoError
 from bayes_grpo.logs import normalise_family
+from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE
 from bayes_grpo.stopping import StopDecision, decision_from_forecast
 
 if TYPE_CHECKING:
+    from bayes_grpo.forecast import Forecast
     from bayes_grpo.model import FittedModel
 
 PROBABILITY_KEY = "plateau/probability"
 GAIN_KEY = "plateau/expected_gain"
+BEST_STEP_KEY = "plateau/best_step"
+FINAL_KEYS = {"forecast/final_q05": 0.05, "forecast/final_q50": 0.5, "forecast/final_q95": 0.95}
 MIN_POINTS = 5
+_CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
+
+
+def _is_number(value: Any) -> bool:
+    """A finite real number (bools and numeric strings are not)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise BayesGrpoError(f"PlateauStoppingCallback: {message}")
+
+
+def _shown(value: Any) -> str:
+    return f"{value!r} ({type(value).__name__})"
 
 
 class PlateauStoppingCallback(TrainerCallback):
     """Stop training once the forecast says more steps will not raise the reward.
 
-    ``model`` defaults to :func:`bayes_grpo.default_model` (loaded at the first
-    check). ``family``/``params_b`` default to the trainer model's
-    ``config.model_type`` and parameter count, ``total_steps`` to ``state.max_steps``.
-    ``n_draws`` trades forecast precision for speed. ``decisions`` keeps every
-    :class:`~bayes_grpo.stopping.StopDecision` made, ``stopped_at`` the step of the stop.
+    Parameters
+    ----------
+    model
+        A :class:`~bayes_grpo.model.FittedModel`; default :func:`bayes_grpo.default_model`
+        (loaded at the first check).
+    threshold
+        Stop when P(plateau) reaches this; a number strictly between 0 and 1.
+    tolerance
+        Remaining gain below ``tolerance`` x the reward scale counts as none; >= 0.
+    check_every
+        Steps between two checks; a whole number >= 1.
+    min_fraction
+        No check before this fraction of ``max_steps``; in [0, 1).
+    family, params_b
+        Model family and size in billions; default: the trainer model's
+        ``config.model_type`` and parameter count.
+    reward_range
+        ``(lo, hi)`` the reward functions can reach, when known.
+    reward_key
+        Name of the mean reward in the trainer's logs (TRL: ``"reward"``).
+    verbose
+        Print the decision when stopping.
+    n_draws
+        Forecast draws per check (precision against speed); >= 10.
+
+    Raises
+    ------
+    BayesGrpoError
+        At construction, for an argument of the wrong type or out of range.
+
+    Attributes
+    ----------
+    decisions : list of StopDecision
+        Every decision made.
+    stopped_at : int or None
+        The step where the callback stopped training.
+    best_checkpoint : Path or None
+        The saved ``checkpoint-N`` folder holding the latest decision's best step,
+        or the nearest one saved before it (None when checkpoints are not saved).
+
+    Example
+    -------
+    >>> trainer = GRPOTrainer(..., callbacks=[PlateauStoppingCallback()])  # doctest: +SKIP
     """
 
     def __init__(
         self,
         model: FittedModel | None = None,
-        threshold: float = 0.9,
-        tolerance: float = 0.01,
+        threshold: float = STOP_THRESHOLD,
+        tolerance: float = STOP_TOLERANCE,
         check_every: int = 10,
         min_fraction: float = 0.1,
         family: str | None = None,
@@ -57,20 +132,37 @@ class PlateauStoppingCallback(TrainerCallback):
         verbose: bool = True,
         n_draws: int = 500,
     ) -> None:
+        _require(model is None or callable(getattr(model, "forecast", None)), f"model must be a FittedModel (or None for the shipped one), got {_shown(model)}")
+        _require(_is_number(threshold) and 0 < threshold < 1, f"threshold must be a number between 0 and 1 (exclusive), got {_shown(threshold)}")
+        _require(_is_number(tolerance) and tolerance >= 0, f"tolerance must be a number >= 0, got {_shown(tolerance)}")
+        _require(isinstance(check_every, numbers.Integral) and not isinstance(check_every, bool) and check_every >= 1, f"check_every must be a whole number >= 1, got {_shown(check_every)}")
+        _require(_is_number(min_fraction) and 0 <= min_fraction < 1, f"min_fraction must be a number in [0, 1), got {_shown(min_fraction)}")
+        _require(family is None or (isinstance(family, str) and family.strip() != ""), f"family must be a model family name such as 'qwen', got {_shown(family)}")
+        _require(params_b is None or (_is_number(params_b) and params_b > 0), f"params_b must be a positive number (billions of parameters), got {_shown(params_b)}")
+        if reward_range is not None:
+            _require(
+                isinstance(reward_range, (tuple, list)) and len(reward_range) == 2 and all(_is_number(v) for v in reward_range) and reward_range[0] < reward_range[1],
+                f"reward_range must be two numbers (lo, hi) with lo < hi, got {_shown(reward_range)}",
+            )
+        _require(isinstance(reward_key, str) and reward_key != "", f"reward_key must be the name of a logged metric, got {_shown(reward_key)}")
+        _require(isinstance(n_draws, numbers.Integral) and not isinstance(n_draws, bool) and n_draws >= 10, f"n_draws must be a whole number >= 10, got {_shown(n_draws)}")
         self.model = model
-        self.threshold = threshold
-        self.tolerance = tolerance
-        self.check_every = max(1, int(check_every))
-        self.min_fraction = min_fraction
-        self.family = family
-        self.params_b = params_b
-        self.reward_range = reward_range
+        self.threshold = float(threshold)
+        self.tolerance = float(tolerance)
+        self.check_every = int(check_every)
+        self.min_fraction = float(min_fraction)
+        self.family = normalise_family(family) if family is not None else None
+        self.params_b = None if params_b is None else float(params_b)
+        self.reward_range = None if reward_range is None else (float(reward_range[0]), float(reward_range[1]))
         self.reward_key = reward_key
         self.verbose = verbose
-        self.n_draws = n_draws
+        self.n_draws = int(n_draws)
         self.decisions: list[StopDecision] = []
         self.stopped_at: int | None = None
+        self.best_checkpoint: Path | None = None
         self._last_check: int | None = None
+        self._seen_key = False
+        self._warned: set[str] = set()
 
     def attach(self, trainer: Any) -> PlateauStoppingCallback:
         """Insert this callback first in ``trainer``'s callbacks, so reporters see the ``plateau/*`` keys."""
@@ -81,27 +173,73 @@ class PlateauStoppingCallback(TrainerCallback):
         try:
             self._describe(model)
         except Exception as exc:  # noqa: BLE001 - the callback must never break training
-            warnings.warn(f"PlateauStoppingCallback: could not read the model's family/size ({exc!r}); forecasting without them", stacklevel=2)
+            self._warn_once("describe", f"could not read the model's family/size ({exc!r}); forecasting without them")
 
     def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         try:
-            if logs is None or self.reward_key not in logs or not self._due(state):
+            if not logs or not self._usable(logs, state):
                 return
-            decision = self._decide(state)
+            decision, fc = self._decide(state)
             if decision is None:
                 return
             self.decisions.append(decision)
-            values = {PROBABILITY_KEY: decision.probability, GAIN_KEY: decision.expected_gain}
+            values: dict[str, float] = {PROBABILITY_KEY: decision.probability, GAIN_KEY: decision.expected_gain, BEST_STEP_KEY: decision.best_step}
+            values.update({key: float(fc.final.quantile(q)) for key, q in FINAL_KEYS.items()})
             logs.update(values)
             if state.log_history and state.log_history[-1].get("step") == state.global_step:
                 state.log_history[-1].update(values)
+            self._name_checkpoint(args, state, saving_now=bool(control.should_save))
             if decision.should_stop and state.global_step < state.max_steps:
                 control.should_training_stop = True
                 self.stopped_at = state.global_step
                 if self.verbose:
-                    print(f"[bayes_grpo] {decision.explain()}")
+                    print(f"[bayes_grpo] {self.stop_message()}")
         except Exception as exc:  # noqa: BLE001 - the callback must never break training
-            warnings.warn(f"PlateauStoppingCallback: check at step {state.global_step} failed ({exc!r}); training goes on", stacklevel=2)
+            self._warn_once("check", f"the check at step {state.global_step} failed ({exc!r}); training goes on (later failures are not reported)")
+
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        try:
+            self._name_checkpoint(args, state, saving_now=False)
+        except Exception as exc:  # noqa: BLE001 - the callback must never break training
+            self._warn_once("save", f"could not look up the saved checkpoints ({exc!r})")
+
+    def stop_message(self) -> str:
+        """The latest decision in words, naming the best step and the checkpoint to keep.
+
+        Returns
+        -------
+        str
+            One sentence ('' before the first decision).
+        """
+        if not self.decisions:
+            return ""
+        decision = self.decisions[-1]
+        message = f"{decision.explain()} Best step so far: {decision.best_step}"
+        if self.best_checkpoint is not None:
+            message += f"; keep {self.best_checkpoint}"
+        return message + "."
+
+    # ---------------------------------------------------------------- internals
+
+    def _warn_once(self, kind: str, message: str) -> None:
+        if kind not in self._warned:
+            self._warned.add(kind)
+            warnings.warn(f"PlateauStoppingCallback: {message}", RuntimeWarning, stacklevel=3)
+
+    def _usable(self, logs: dict[str, Any], state: TrainerState) -> bool:
+        """True when this log carries a numeric reward and a check is due; warns once about missing or non-numeric rewards."""
+        key = self.reward_key
+        if key not in logs:
+            if not self._seen_key and self._due(state) and not any(k.startswith("train_") for k in logs):
+                similar = sorted(k for k in logs if "reward" in k.lower())
+                hint = f" (reward-like keys logged: {', '.join(similar)})" if similar else f" (keys logged: {', '.join(sorted(logs))})"
+                self._warn_once("key", f"no {key!r} in the trainer's logs{hint}; pass reward_key= the name of the mean reward. Not checking for a plateau until it appears")
+            return False
+        self._seen_key = True
+        if not _is_number(logs[key]):
+            self._warn_once("value", f"the logged {key!r} is not a number (got {_shown(logs[key])} at step {state.global_step}); such steps are skipped")
+            return False
+        return self._due(state)
 
     def _due(self, state: TrainerState) -> bool:
         if not state.max_steps or state.global_step < self.min_fraction * state.max_steps:
@@ -118,11 +256,11 @@ class PlateauStoppingCallback(TrainerCallback):
         if self.params_b is None:
             self.params_b = sum(p.numel() for p in model.parameters()) / 1e9
 
-    def _decide(self, state: TrainerState) -> StopDecision | None:
+    def _decide(self, state: TrainerState) -> tuple[StopDecision | None, Forecast | None]:
         key = self.reward_key
-        rows = [(e["step"], e[key]) for e in state.log_history if key in e and "step" in e and e[key] is not None]
+        rows = [(e["step"], float(e[key])) for e in state.log_history if "step" in e and _is_number(e.get(key))]
         if len(rows) < MIN_POINTS:
-            return None
+            return None, None
         self._last_check = state.global_step  # a failing check is retried only after check_every steps
         if self.model is None:
             from bayes_grpo.model import default_model
@@ -140,5 +278,17 @@ class PlateauStoppingCallback(TrainerCallback):
                 reward_range=self.reward_range,
                 run_id="live",
             )
-        forecast = self.model.forecast(run, n_draws=self.n_draws, seed=state.global_step)
-        return decision_from_forecast(forecast, threshold=self.threshold, tolerance=self.tolerance)
+        fc = self.model.forecast(run, n_draws=self.n_draws, seed=state.global_step)
+        return decision_from_forecast(fc, threshold=self.threshold, tolerance=self.tolerance), fc
+
+    def _name_checkpoint(self, args: TrainingArguments, state: TrainerState, saving_now: bool) -> None:
+        """Set :attr:`best_checkpoint` to the saved folder holding the best step, or the nearest one before it."""
+        if not self.decisions or getattr(args, "save_strategy", "no") in ("no", None) or not getattr(args, "output_dir", None):
+            return
+        best = self.decisions[-1].best_step
+        folder = Path(args.output_dir)
+        saved = {int(m.group(1)) for p in folder.glob("checkpoint-*") if p.is_dir() and (m := _CHECKPOINT.search(p.name))}
+        if saving_now:  # the trainer writes checkpoint-<step> right after this log
+            saved.add(state.global_step)
+        candidates = [n for n in saved if n <= best]
+        self.best_checkpoint = folder / f"checkpoint-{max(candidates)}" if candidates else None

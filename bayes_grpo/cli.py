@@ -2,49 +2,239 @@
 
 Each subcommand is one pair of functions, ``_add_<name>_parser(subparsers)``
 and ``_run_<name>(args) -> int``, registered in :data:`COMMANDS`. To add a
-command, write the pair and add one line to :data:`COMMANDS`. Bad input
-(:class:`~bayes_grpo.errors.BayesGrpoError`, a missing file) never shows a
-traceback: it becomes one ``bayes-grpo: error: ...`` line on stderr and exit
-code 2.
+command, write the pair and add one line to :data:`COMMANDS`.
+
+Bad input never shows a traceback. Out-of-range options (a threshold outside
+(0, 1), a negative tolerance or size, ``--at`` past the end of the log) and
+:class:`~bayes_grpo.errors.BayesGrpoError` / file errors become one
+``bayes-grpo: error: ...`` line on stderr, worded with the command line's own
+flag names, and exit code 2. Warnings become one ``bayes-grpo: warning: ...``
+line each. Output piped into a reader that closes early (``| head -1``) ends
+quietly with exit code 141, as a process killed by SIGPIPE would.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
 import os
+import re
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import numpy as np
 
 from bayes_grpo import __version__
 from bayes_grpo.errors import BayesGrpoError
+from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE
 
 if TYPE_CHECKING:
+    from bayes_grpo.forecast import Forecast
     from bayes_grpo.logs import RunLog, RunSet
     from bayes_grpo.model import FittedModel
 
 PROG = "bayes-grpo"
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
+#: Exit code after a broken pipe: what a shell reports for a process killed by SIGPIPE (128 + 13).
+EXIT_BROKEN_PIPE = 141
+#: Below this many logged steps a forecast is mostly the population prior, and says so.
+MIN_INFORMED_STEPS = 5
+#: Below this many logged steps (and without --reward-range) there is no reward scale to forecast on.
+MIN_SCALE_STEPS = 3
+#: Python argument names in library messages -> the flags a CLI user types.
+_FLAGS = {
+    "total_steps": "--total-steps",
+    "params_b": "--params-b",
+    "reward_range": "--reward-range",
+    "threshold": "--threshold",
+    "tolerance": "--tolerance",
+    "value_per_reward": "--value-per-reward",
+    "cost_per_step": "--cost-per-step",
+    "relative_to": "--relative-to",
+}
 
 
-def _error(message: str) -> None:
+def _one_line(message: object) -> str:
+    return " ".join(str(message).split())
+
+
+def _error(message: object) -> None:
     """Print one error line (newlines folded) to stderr."""
-    print(f"{PROG}: error: {' '.join(str(message).split())}", file=sys.stderr)
+    print(f"{PROG}: error: {_one_line(message)}", file=sys.stderr)
 
 
-def _warn(message: str) -> None:
-    print(f"{PROG}: warning: {' '.join(str(message).split())}", file=sys.stderr)
+def _warn(message: object) -> None:
+    """Print one warning line (newlines folded) to stderr."""
+    print(f"{PROG}: warning: {_one_line(message)}", file=sys.stderr)
+
+
+def _cli_wording(message: str, args: argparse.Namespace) -> str:
+    """Reword a library message for the command line: ``pass total_steps=`` -> ``pass --total-steps``.
+
+    Advice to pass an argument (``name=`` with no value) always names the flag.
+    ``name=value`` and a bare ``name`` become ``--flag value`` / ``--flag`` only
+    where the user gave that flag; otherwise the value came from the log's own
+    metadata and keeps its field name.
+    """
+
+    def reword(match: re.Match[str]) -> str:
+        name, assigned, value = match.group(1), match.group(2), match.group(3)
+        if getattr(args, name, None) is not None:
+            return f"{_FLAGS[name]} {value}" if value else _FLAGS[name]
+        return _FLAGS[name] if assigned and not value else match.group(0)
+
+    return re.sub(rf"\b({'|'.join(_FLAGS)})\b(=(\S*))?", reword, message)
+
+
+@contextlib.contextmanager
+def _warnings_as_lines() -> Iterator[None]:
+    """Show every warning (RuntimeWarnings included) as one ``bayes-grpo: warning:`` line, each once."""
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: object = None, line: str | None = None) -> None:
+        _warn(message)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        warnings.showwarning = show
+        yield
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line on stderr (exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {_one_line(message)} (see '{self.prog} --help')", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def _number(text: str, kind: type) -> float:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {'a whole number' if kind is int else 'a number'}, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1."""
+    value = int(_number(text, int))
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    """argparse type: a whole number >= 0."""
+    value = int(_number(text, int))
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    value = _number(text, float)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    """argparse type: a finite number >= 0."""
+    value = _number(text, float)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+def _probability(text: str) -> float:
+    """argparse type: a number strictly between 0 and 1."""
+    value = _number(text, float)
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (exclusive), got {text}")
+    return value
+
+
+def _finite_float(text: str) -> float:
+    """argparse type: any finite number."""
+    return _number(text, float)
 
 
 def _add_run_metadata_args(parser: argparse.ArgumentParser) -> None:
     """Options that override metadata found in a log (shared by commands that read logs)."""
-    parser.add_argument("--family", help="model family, e.g. qwen, llama, gemma, phi")
-    parser.add_argument("--params-b", type=float, help="model size in billions of parameters")
-    parser.add_argument("--total-steps", type=int, help="planned number of training steps (max_steps)")
+    parser.add_argument("--family", help="model family, e.g. qwen, llama, gemma, phi (unknown: the population level)")
+    parser.add_argument("--params-b", type=_positive_float, help="model size in billions of parameters, e.g. 1.5")
+    parser.add_argument("--total-steps", type=_positive_int, help="planned number of training steps (the trainer's max_steps)")
+    parser.add_argument(
+        "--reward-range", type=_finite_float, nargs=2, metavar=("LO", "HI"),
+        help="lowest and highest reward the reward functions can give, e.g. 0 1 (default: a scale learned from the log)",
+    )  # fmt: skip
+
+
+def _reward_range(args: argparse.Namespace) -> tuple[float, float] | None:
+    """``--reward-range LO HI`` as a tuple (None when not given); LO must be below HI."""
+    if not args.reward_range:
+        return None
+    lo, hi = args.reward_range
+    if not lo < hi:
+        raise BayesGrpoError(f"--reward-range {lo:g} {hi:g}: LO must be below HI")
+    return lo, hi
+
+
+def _read_run(args: argparse.Namespace) -> RunLog:
+    """The run named by ``args.log``, with the metadata flags applied and ``--at`` checked against it."""
+    from bayes_grpo.logs import read_log
+
+    run = read_log(args.log, family=args.family, params_b=args.params_b, total_steps=args.total_steps, reward_range=_reward_range(args))
+    at = getattr(args, "at", None)
+    if at is not None:
+        first, last = int(run.steps[0]), run.last_step
+        if at > last:
+            raise BayesGrpoError(f"--at {at} is beyond the last logged step {last} of {args.log}; give a step from {first} to {last}")
+        if at < first:
+            raise BayesGrpoError(f"--at {at} is before the first logged step {first} of {args.log}; give a step from {first} to {last}")
+        run = run.head(at)
+    if run.total_steps is None:
+        raise BayesGrpoError(f"{args.log} does not say how many steps the run will take; pass --total-steps N (the trainer's max_steps)")
+    if run.reward_range is not None:
+        lo, hi = run.reward_range
+        outside = (run.rewards < lo - 1e-9 * (hi - lo)) | (run.rewards > hi + 1e-9 * (hi - lo))
+        if outside.any():
+            raise BayesGrpoError(
+                f"{args.log}: {int(outside.sum())} logged reward(s) lie outside the reward range {lo:g} to {hi:g} "
+                f"(min {run.rewards.min():.4g}, max {run.rewards.max():.4g}); pass the range the rewards can reach with --reward-range"
+            )
+    elif len(run) < MIN_SCALE_STEPS:
+        raise BayesGrpoError(
+            f"{args.log}: only {len(run)} logged step(s) up to step {run.last_step}: too few to learn a reward scale; "
+            f"forecast once {MIN_SCALE_STEPS} or more steps are logged, or pass --reward-range LO HI for a prior-only forecast"
+        )
+    return run
+
+
+def _check_family(model: FittedModel, run: RunLog) -> None:
+    """Warn when the run's family is not one the model was fitted on (it then gets the population level)."""
+    if run.family is not None and run.family not in model.families:
+        _warn(
+            f"family {run.family!r} is not among the model's families ({', '.join(model.families)}); "
+            "forecasting with the population level (the average over families, widened by their spread)"
+        )
+
+
+def _prior_only_note(run: RunLog) -> str:
+    """A line flagging a forecast that rests on too few steps to be more than the population prior ('' otherwise)."""
+    if len(run) >= MIN_INFORMED_STEPS:
+        return ""
+    return (
+        f"prior-only: {len(run)} logged step(s) (fewer than {MIN_INFORMED_STEPS}) barely constrain this run; "
+        "the forecast is the population prior for its family, size and reward range"
+    )
 
 
 # ------------------------------------------------------------------ inspect
@@ -69,9 +259,12 @@ def _run_inspect(args: argparse.Namespace) -> int:
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                run = read_log(source, family=args.family, params_b=args.params_b, total_steps=args.total_steps)
+                run = read_log(
+                    source, family=args.family, params_b=args.params_b, total_steps=args.total_steps,
+                    reward_range=_reward_range(args),
+                )  # fmt: skip
         except (BayesGrpoError, OSError) as exc:
-            _error(exc)
+            _error(_cli_wording(str(exc), args))
             status = EXIT_BAD_INPUT
             continue
         for w in caught:
@@ -123,10 +316,10 @@ def _add_sampler_args(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--quick", action="store_true", help="short sampler run (200 draws, 200 tuning steps): a few minutes, rougher intervals")
     parser.add_argument("--form", default=DEFAULT_FORM, choices=CURVE_FORMS, help=f"curve form of the reward rise (default: {DEFAULT_FORM})")
-    parser.add_argument("--draws", type=int, help="posterior draws per chain (default 1000, 200 with --quick)")
-    parser.add_argument("--tune", type=int, help="tuning steps per chain (default 1000, 200 with --quick)")
-    parser.add_argument("--chains", type=int, default=2, help="number of chains (default 2)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--draws", type=_positive_int, help="posterior draws per chain (default 1000, 200 with --quick)")
+    parser.add_argument("--tune", type=_positive_int, help="tuning steps per chain (default 1000, 200 with --quick)")
+    parser.add_argument("--chains", type=_positive_int, default=2, help="number of chains (default 2)")
+    parser.add_argument("--seed", type=_non_negative_int, default=0, help="random seed of the sampler and the forecasts: one seed, one result (default 0)")
 
 
 def _load_runs(paths: Sequence[str] | None) -> RunSet:
@@ -151,10 +344,10 @@ def _fit(runs: RunSet, args: argparse.Namespace) -> FittedModel:
     return model
 
 
-def _load_model(folder: str | None) -> FittedModel:
+def _load_model(path: str | None) -> FittedModel:
     from bayes_grpo.model import default_model, load_model
 
-    return load_model(folder) if folder else default_model()
+    return load_model(path) if path else default_model()
 
 
 def _add_fit_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -162,10 +355,10 @@ def _add_fit_parser(subparsers: argparse._SubParsersAction) -> None:
         "fit",
         help="fit the hierarchical model to reward logs and save it",
         description="Fit the hierarchical Bayesian reward-curve model (PyMC, NUTS) to a set of runs and save the "
-        "posterior to DIR, which 'forecast', 'stop' and 'report' read with --model DIR.",
+        "posterior to FILE, which 'forecast', 'stop' and 'report' read with --model FILE.",
     )
-    parser.add_argument("logs", nargs="*", metavar="LOG", help="log files or folders of logs (default: the runs bundled in data/runs)")
-    parser.add_argument("--out", required=True, metavar="DIR", help="folder to save the fitted model in (created if missing)")
+    parser.add_argument("logs", nargs="*", metavar="LOG", help="log files or folders of logs (default: the runs bundled with the package)")
+    parser.add_argument("--out", required=True, metavar="FILE", help="model file to write, e.g. my_model.nc")
     _add_sampler_args(parser)
 
 
@@ -179,27 +372,30 @@ def _add_forecast_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "forecast",
         help="forecast a run's reward up to its planned last step",
-        description="Forecast the mean reward of one run from its logged steps up to total_steps, with 50% and 90% "
+        description="Forecast the mean reward of one run from its logged steps up to --total-steps, with 50% and 90% "
         "credible intervals, and summarise the final reward.",
     )
     parser.add_argument("log", metavar="LOG", help="log file or TRL output folder")
-    parser.add_argument("--at", type=int, metavar="STEP", help="forecast as if the run had only reached STEP (default: every logged step)")
-    parser.add_argument("--model", metavar="DIR", help="a model saved by 'bayes-grpo fit' (default: the model shipped with the package)")
-    parser.add_argument("--rows", type=int, default=12, help="rows of the printed forecast table (default 12)")
+    parser.add_argument("--at", type=_non_negative_int, metavar="STEP", help="forecast as if the run had only reached STEP (default: every logged step)")
+    parser.add_argument("--model", metavar="FILE", help="a model file saved by 'bayes-grpo fit' (default: the model shipped with the package)")
+    parser.add_argument("--rows", type=_positive_int, default=12, help="rows of the printed forecast table (default 12)")
+    parser.add_argument("--plot", metavar="FILE", help="also write the fan chart to FILE (.png, .pdf or .svg)")
+    parser.add_argument("--seed", type=_non_negative_int, default=0, help="random seed of the forecast draws (default 0)")
     _add_run_metadata_args(parser)
 
 
 def _run_forecast(args: argparse.Namespace) -> int:
-    from bayes_grpo.logs import read_log
-
-    run = read_log(args.log, family=args.family, params_b=args.params_b, total_steps=args.total_steps)
-    if args.at is not None:
-        run = run.head(args.at)
-    fc = _load_model(args.model).forecast(run, total_steps=args.total_steps)
+    if args.plot and Path(args.plot).suffix.lower() not in (".png", ".pdf", ".svg"):
+        raise BayesGrpoError(f"--plot {args.plot}: give a file name ending in .png, .pdf or .svg")
+    run = _read_run(args)
+    model = _load_model(args.model)
+    _check_family(model, run)
+    fc = model.forecast(run, seed=args.seed)
     frame = fc.to_frame()
     ahead = frame[frame.step >= (fc.last_observed_step or 0)]
     rows = ahead.iloc[np.unique(np.linspace(0, len(ahead) - 1, max(2, args.rows)).round().astype(int))]
-    print(f"{fc.run_id}: forecast from step {fc.last_observed_step} to {fc.total_steps}")
+    note = _prior_only_note(run)
+    print(f"{fc.run_id}: forecast from step {fc.last_observed_step} to {fc.total_steps}" + (f" ({note})" if note else ""))
     print(rows.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     final = fc.final
     lo50, hi50 = final.interval(0.5)
@@ -208,24 +404,42 @@ def _run_forecast(args: argparse.Namespace) -> int:
         f"final reward at step {fc.total_steps}: mean {final.mean:.4g}, median {final.quantile(0.5):.4g}, "
         f"50% [{lo50:.4g}, {hi50:.4g}], 90% [{lo90:.4g}, {hi90:.4g}]"
     )
+    if args.plot:
+        print(f"wrote the fan chart to {_save_fan_chart(fc, args)}")
     return EXIT_OK
+
+
+def _save_fan_chart(fc: Forecast, args: argparse.Namespace) -> Path:
+    """Write the forecast's fan chart (with the rest of the log as the truth, when --at cut it) to ``args.plot``."""
+    from matplotlib.figure import Figure
+
+    from bayes_grpo.logs import read_log
+
+    path = Path(args.plot)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure = Figure(figsize=(7, 4), layout="constrained")
+    truth = read_log(args.log) if args.at is not None else None
+    fc.plot(ax=figure.add_subplot(), truth=truth)
+    figure.savefig(path, dpi=120)
+    return path
 
 
 def _add_stop_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "stop",
         help="decide whether to stop a run now (plateau stopping rule)",
-        description="Probability that less than TOLERANCE x the reward scale remains to gain by total_steps, and "
+        description="Probability that less than TOLERANCE x the reward scale remains to gain by --total-steps, and "
         "the stop/continue decision at THRESHOLD (or, with --value-per-reward and --cost-per-step, by expected value).",
     )
     parser.add_argument("log", metavar="LOG", help="log file or TRL output folder")
-    parser.add_argument("--at", type=int, metavar="STEP", help="decide as if the run had only reached STEP")
-    parser.add_argument("--model", metavar="DIR", help="a model saved by 'bayes-grpo fit' (default: the shipped model)")
-    parser.add_argument("--threshold", type=float, default=0.9, help="stop when the probability reaches this (default 0.9)")
-    parser.add_argument("--tolerance", type=float, default=0.01, help="fraction of the reward scale that counts as no gain (default 0.01)")
+    parser.add_argument("--at", type=_non_negative_int, metavar="STEP", help="decide as if the run had only reached STEP")
+    parser.add_argument("--model", metavar="FILE", help="a model file saved by 'bayes-grpo fit' (default: the shipped model)")
+    parser.add_argument("--threshold", type=_probability, default=STOP_THRESHOLD, help=f"stop when the probability reaches this, between 0 and 1 (default {STOP_THRESHOLD})")
+    parser.add_argument("--tolerance", type=_non_negative_float, default=STOP_TOLERANCE, help=f"fraction of the reward scale that counts as no gain (default {STOP_TOLERANCE})")
     parser.add_argument("--relative-to", choices=("range", "gain"), default="range", help="reward scale: range/spread (default) or gain so far")
-    parser.add_argument("--value-per-reward", type=float, help="worth of one unit of reward (decision-theoretic mode)")
-    parser.add_argument("--cost-per-step", type=float, help="cost of one training step, same currency (decision-theoretic mode)")
+    parser.add_argument("--value-per-reward", type=_positive_float, help="worth of one unit of reward (decision-theoretic mode)")
+    parser.add_argument("--cost-per-step", type=_non_negative_float, help="cost of one training step, same currency (decision-theoretic mode)")
+    parser.add_argument("--seed", type=_non_negative_int, default=0, help="random seed of the forecast draws (default 0)")
     parser.add_argument("--json", action="store_true", help="print the decision as JSON")
     _add_run_metadata_args(parser)
 
@@ -233,16 +447,20 @@ def _add_stop_parser(subparsers: argparse._SubParsersAction) -> None:
 def _run_stop(args: argparse.Namespace) -> int:
     import json
 
-    from bayes_grpo.logs import read_log
-
-    run = read_log(args.log, family=args.family, params_b=args.params_b, total_steps=args.total_steps)
-    if args.at is not None:
-        run = run.head(args.at)
-    decision = _load_model(args.model).stop_decision(
-        run, total_steps=args.total_steps, threshold=args.threshold, tolerance=args.tolerance,
-        relative_to=args.relative_to, value_per_reward=args.value_per_reward, cost_per_step=args.cost_per_step,
-    )
-    print(json.dumps(decision.to_dict(), indent=2) if args.json else decision.explain())
+    if (args.value_per_reward is None) != (args.cost_per_step is None):
+        raise BayesGrpoError("the decision-theoretic mode needs both --value-per-reward and --cost-per-step")
+    run = _read_run(args)
+    model = _load_model(args.model)
+    _check_family(model, run)
+    decision = model.stop_decision(
+        run, threshold=args.threshold, tolerance=args.tolerance, relative_to=args.relative_to,
+        value_per_reward=args.value_per_reward, cost_per_step=args.cost_per_step, seed=args.seed,
+    )  # fmt: skip
+    note = _prior_only_note(run)
+    if args.json:
+        print(json.dumps(dict(decision.to_dict(), prior_only=bool(note)), indent=2))
+    else:
+        print(decision.explain() + (f" ({note})" if note else ""))
     return EXIT_OK
 
 
@@ -254,12 +472,12 @@ def _add_report_parser(subparsers: argparse._SubParsersAction) -> None:
         "posterior predictive checks, LOO comparison, population effects, forecast fan charts, stop probabilities "
         "and the benchmark tables.",
     )
-    parser.add_argument("--model", metavar="DIR", help="a model saved by 'bayes-grpo fit' (default: the shipped model)")
+    parser.add_argument("--model", metavar="FILE", help="a model file saved by 'bayes-grpo fit' (default: the shipped model)")
     parser.add_argument("--runs", nargs="+", metavar="PATH", help="logs or folders of logs to show (default: the bundled runs)")
     parser.add_argument("--out", required=True, metavar="FILE", help="HTML file to write, e.g. report.html")
     parser.add_argument("--quick", action="store_true", help="skip the LOO comparison of curve forms")
     parser.add_argument("--compare", action="store_true", help="fit the other curve forms and compare all by LOO (slow: two more fits)")
-    parser.add_argument("--shown", type=int, default=4, help="runs shown in the per-run figures (default 4)")
+    parser.add_argument("--shown", type=_positive_int, default=4, help="runs shown in the per-run figures (default 4)")
 
 
 def _run_report(args: argparse.Namespace) -> int:
@@ -275,14 +493,14 @@ def _add_demo_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "demo",
         help="fit the bundled runs, forecast several from 30%% of their steps, decide when to stop, write the report",
-        description="The whole pipeline on the runs bundled with the repository: fit the hierarchy, forecast runs "
-        "from the first 30% of their steps, print the stop decisions, and write OUT/report.html (plus the "
-        "fitted model in OUT/model).",
+        description="The whole pipeline on the runs bundled with the package: fit the hierarchy, forecast runs "
+        "from the first 30%% of their steps, print the stop decisions, and write OUT/report.html (plus the "
+        "fitted model in OUT/model.nc). The same --seed prints the same table.",
     )
     parser.add_argument("--out", default="bayes_grpo_demo", metavar="DIR", help="output folder (default: bayes_grpo_demo)")
     parser.add_argument("--runs", nargs="+", metavar="PATH", help="logs or folders of logs instead of the bundled runs")
-    parser.add_argument("--fraction", type=float, default=0.3, help="part of each run's steps to forecast from (default 0.3)")
-    parser.add_argument("--shown", type=int, default=6, help="runs forecast and shown (default 6)")
+    parser.add_argument("--fraction", type=_probability, default=0.3, help="part of each run's steps to forecast from, between 0 and 1 (default 0.3)")
+    parser.add_argument("--shown", type=_positive_int, default=6, help="runs forecast and shown (default 6)")
     parser.add_argument("--compare", action="store_true", help="also fit the other curve forms and compare them by LOO in the report (two more fits)")
     _add_sampler_args(parser)
 
@@ -293,16 +511,19 @@ def _run_demo(args: argparse.Namespace) -> int:
     out = Path(args.out)
     runs = _load_runs(args.runs)
     model = _fit(runs, args)
-    model.save(out / "model")
-    print(_demo_table(model, pick_runs(runs, args.shown), args.fraction))
+    saved = model.save(out / "model.nc")
+    print(_demo_table(model, pick_runs(runs, args.shown), args.fraction, seed=args.seed))
     comparison = compare_table(model, runs) if args.compare else None
     path = write_report(model, runs, out / "report.html", quick=args.quick, comparison=comparison)
-    print(f"\nwrote {path} (open it in a browser) and the fitted model in {out / 'model'}")
+    print(f"\nwrote {path} (open it in a browser) and the fitted model {saved}")
     return EXIT_OK
 
 
-def _demo_table(model: FittedModel, runs: Sequence[RunLog], fraction: float) -> str:
-    """Forecasts and stop decisions from ``fraction`` of each run's steps, against what really happened."""
+def _demo_table(model: FittedModel, runs: Sequence[RunLog], fraction: float, seed: int = 0) -> str:
+    """Forecasts and stop decisions from ``fraction`` of each run's steps, against what really happened.
+
+    "compute saved" is shown only where the decision is to stop (it is what stopping would save).
+    """
     import pandas as pd
     from tqdm.auto import tqdm
 
@@ -312,18 +533,22 @@ def _demo_table(model: FittedModel, runs: Sequence[RunLog], fraction: float) -> 
     rows = []
     for run in tqdm(runs, desc="forecasts", leave=False):
         cut = max(int(run.steps[0]), int(round(fraction * run.last_step)))
-        fc = model.forecast(run.head(cut), total_steps=horizon(run))
-        decision = decision_from_forecast(fc)
+        fc = model.forecast(run.head(cut), total_steps=horizon(run), seed=seed)
+        decision = decision_from_forecast(fc, threshold=STOP_THRESHOLD, tolerance=STOP_TOLERANCE)
         lo, hi = fc.final.interval(0.9)
         tail = run.rewards[-max(1, len(run) // 10) :]
         rows.append({
             "run": run.run_id, "step": cut, "total": horizon(run), "P(plateau)": decision.probability,
-            "expected gain": decision.expected_gain, "compute saved": f"{decision.compute_saved:.0%}",
+            "expected gain": decision.expected_gain,
+            "compute saved": f"{decision.compute_saved:.0%}" if decision.should_stop else "-",
             "decision": "stop" if decision.should_stop else "continue",
             "final forecast [90%]": f"{fc.final.mean:.3g} [{lo:.3g}, {hi:.3g}]", "final actual": float(np.mean(tail)),
         })  # fmt: skip
     table = pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.3g}")
-    return f"stop decisions from {fraction:.0%} of each run's steps (threshold 0.9, tolerance 1%):\n{table}"
+    return (
+        f"stop decisions from {fraction:.0%} of each run's steps (threshold {STOP_THRESHOLD:g}, "
+        f"tolerance {STOP_TOLERANCE:.0%}):\n{table}"
+    )
 
 
 # ----------------------------------------------------------------- registry
@@ -337,9 +562,7 @@ def _add_generate_parser(subparsers: argparse._SubParsersAction) -> None:
 def _run_generate(args: argparse.Namespace) -> int:
     from bayes_grpo.experiments import generate
 
-    parser = argparse.ArgumentParser(
-        prog=f"{PROG} generate", description=generate.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = _Parser(prog=f"{PROG} generate", description=generate.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     generate.add_arguments(parser)
     return generate.run_generate(parser.parse_args(args.passthrough))
 
@@ -358,9 +581,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every registered subcommand."""
-    parser = argparse.ArgumentParser(
-        prog=PROG, description="Bayesian forecasts and a stopping rule for GRPO reward curves."
-    )
+    parser = _Parser(prog=PROG, description="Bayesian forecasts and a stopping rule for GRPO reward curves.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for add_parser, _ in COMMANDS.values():
@@ -369,17 +590,40 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (0 ok, 2 bad input or usage)."""
+    """Run the CLI and return its exit code.
+
+    Parameters
+    ----------
+    argv
+        The arguments after ``bayes-grpo`` (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0 on success, 2 on bad input or usage (one error line on stderr),
+        141 when stdout was closed early (a broken pipe).
+
+    Example
+    -------
+    >>> main(["--version"])  # doctest: +SKIP
+    bayes-grpo 0.1.0
+    """
     parser = build_parser()
     args, passthrough = parser.parse_known_args(argv)
     if passthrough and args.command != "generate":
         parser.error(f"unrecognized arguments: {' '.join(passthrough)}")
     args.passthrough = passthrough
-    try:
-        return COMMANDS[args.command][1](args)
-    except (BayesGrpoError, FileNotFoundError) as exc:
-        _error(exc)
-        return EXIT_BAD_INPUT
-    except BrokenPipeError:  # output piped into `head` and closed early: not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
+    with _warnings_as_lines():
+        try:
+            code = COMMANDS[args.command][1](args)
+            sys.stdout.flush()  # a closed pipe shows up here, inside the handler, not at interpreter exit
+            return code
+        except BrokenPipeError:  # output piped into `head` and closed early: quiet, like a SIGPIPE exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_BROKEN_PIPE
+        except BayesGrpoError as exc:
+            _error(_cli_wording(str(exc), args))
+            return EXIT_BAD_INPUT
+        except OSError as exc:  # a missing or unreadable file
+            _error(exc)
+            return EXIT_BAD_INPUT

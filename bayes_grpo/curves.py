@@ -20,7 +20,9 @@ is ``0 <= t <= 1``) to a reward that starts at ``r0`` and moves by ``gain`` as
 
 The same formulas are written once against an array namespace so that the NumPy
 version (forecasting, live stopping) and the PyTensor version (the hierarchical
-PyMC model) cannot drift apart.
+PyMC model) cannot drift apart. Forms live in a registry, :data:`CURVE_FORMS`
+(name -> :class:`CurveForm`: shape function, parameter names, prior centre of
+log beta, plateau progress); adding a form means adding one entry.
 
 The module also holds the deterministic reference: a least-squares fit of the
 paper's law ``R(t) = c + gamma / (1 + exp(-delta (t - t0)))`` with its two phase
@@ -30,24 +32,133 @@ boundaries (end of slow start, start of plateau).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Callable
 
 import numpy as np
 from scipy import optimize
 
 from bayes_grpo.errors import BayesGrpoError
 
-CurveForm = Literal["weibull", "loglogistic", "logistic", "exponential"]
-CURVE_FORMS: tuple[str, ...] = ("weibull", "loglogistic", "logistic", "exponential")
+_TINY_PROGRESS = 1e-6
+# Where the second derivative of a logistic peaks: t0 -/+ ln(2 + sqrt 3) / delta.
+_LOGISTIC_KNEE = float(np.log(2.0 + np.sqrt(3.0)))
+
+
+def _sigmoid(x: Any, xp: Any) -> Any:
+    if xp is np:
+        return 0.5 * (1.0 + np.tanh(0.5 * x))
+    return xp.sigmoid(x)
+
+
+def _weibull(t: Any, tau: Any, beta: Any, xp: Any) -> Any:
+    if xp is np:
+        # (t / tau) ** beta overflows to inf for a tiny tau; exp(-inf) = 0 is the right limit.
+        with np.errstate(over="ignore"):
+            return 1.0 - np.exp(-((t / tau) ** beta))
+    return 1.0 - xp.exp(-((t / tau) ** beta))
+
+
+def _weibull_plateau(tau: np.ndarray, beta: np.ndarray, level: float) -> np.ndarray:
+    return tau * (-np.log1p(-level)) ** (1.0 / beta)
+
+
+def _exponential(t: Any, tau: Any, beta: Any, xp: Any) -> Any:
+    return 1.0 - xp.exp(-t / tau)
+
+
+def _exponential_plateau(tau: np.ndarray, beta: np.ndarray, level: float) -> np.ndarray:
+    return tau * -np.log1p(-level) + 0.0 * beta
+
+
+def _loglogistic(t: Any, tau: Any, beta: Any, xp: Any) -> Any:
+    # sigmoid(beta * log(t / tau)) == 1 / (1 + (tau / t)**beta), finite (with gradients) at t = 0.
+    return _sigmoid(beta * (xp.log(xp.maximum(t, _TINY_PROGRESS)) - xp.log(tau)), xp)
+
+
+def _loglogistic_plateau(tau: np.ndarray, beta: np.ndarray, level: float) -> np.ndarray:
+    return tau * (level / (1.0 - level)) ** (1.0 / beta)
+
+
+def _logistic(t: Any, tau: Any, beta: Any, xp: Any) -> Any:
+    steep = beta / tau
+    at_zero = _sigmoid(-steep * tau, xp)
+    return (_sigmoid(steep * (t - tau), xp) - at_zero) / (1.0 - at_zero)
+
+
+def _logistic_plateau(tau: np.ndarray, beta: np.ndarray, level: float) -> np.ndarray:
+    steep = beta / tau
+    at_zero = 1.0 / (1.0 + np.exp(steep * tau))
+    target = at_zero + level * (1.0 - at_zero)
+    return tau + np.log(target / (1.0 - target)) / steep
+
+
+@dataclass(frozen=True)
+class CurveForm:
+    """One entry of the curve-form registry.
+
+    Attributes
+    ----------
+    name : str
+        Registry key (``"loglogistic"``, ...).
+    shape : callable
+        ``shape(t, tau, beta, xp)``: fraction of the total gain reached at progress ``t``
+        (0 at t=0, 1 at t=inf), written against the array namespace ``xp``.
+    plateau : callable
+        ``plateau(tau, beta, level)`` (NumPy): progress at which ``level`` of the gain is reached.
+    params : tuple of str
+        The shape parameters the form uses (``("tau",)`` when it has no ``beta``).
+    beta_prior_centre : float
+        Prior centre of log(beta) in the hierarchy (0 for a form without beta).
+    description : str
+        One line for docs and ``--help``.
+    """
+
+    name: str
+    shape: Callable[[Any, Any, Any, Any], Any]
+    plateau: Callable[[np.ndarray, np.ndarray, float], np.ndarray]
+    params: tuple[str, ...]
+    beta_prior_centre: float
+    description: str
+
+    @property
+    def has_beta(self) -> bool:
+        """Whether the form has a shape parameter ``beta`` (else beta is fixed at 1)."""
+        return "beta" in self.params
+
+
+#: The registry: adding a curve form means adding one entry here.
+CURVE_FORMS: dict[str, CurveForm] = {
+    form.name: form
+    for form in (
+        CurveForm("weibull", _weibull, _weibull_plateau, ("tau", "beta"), float(np.log(1.5)),
+                  "stretched exponential 1 - exp(-(t/tau)^beta); beta > 1 gives the slow start"),
+        CurveForm("loglogistic", _loglogistic, _loglogistic_plateau, ("tau", "beta"), float(np.log(2.0)),
+                  "sigmoid in log-progress 1 / (1 + (tau/t)^beta) (ScaleRL's law); power-law tail"),
+        CurveForm("logistic", _logistic, _logistic_plateau, ("tau", "beta"), float(np.log(6.0)),
+                  "sigmoid in t with midpoint tau and steepness beta/tau, F(0) = 0 (arXiv 2507.18014 v1)"),
+        CurveForm("exponential", _exponential, _exponential_plateau, ("tau",), 0.0,
+                  "1 - exp(-t/tau), the Weibull with beta = 1 (arXiv 2507.18014 v2+)"),
+    )
+}
 # The log-logistic form is the default: in the benchmarks it mixed far better
 # than the Weibull (r_hat 1.03 vs 1.17 at the same settings), forecast real runs
 # about as well, and its power-law tail keeps the plateau rule from calling a
 # run that still creeps up finished (see benchmarks/results/).
 DEFAULT_FORM = "loglogistic"
 
-_TINY_PROGRESS = 1e-6
-# Where the second derivative of a logistic peaks: t0 -/+ ln(2 + sqrt 3) / delta.
-_LOGISTIC_KNEE = float(np.log(2.0 + np.sqrt(3.0)))
+
+def get_form(form: str) -> CurveForm:
+    """The registry entry of a curve form.
+
+    Raises
+    ------
+    BayesGrpoError
+        For a name that is not in :data:`CURVE_FORMS`.
+    """
+    try:
+        return CURVE_FORMS[form]
+    except KeyError:
+        raise BayesGrpoError(f"unknown curve form {form!r}; choose one of {', '.join(CURVE_FORMS)}") from None
 
 
 def shape(form: str, t: Any, tau: Any, beta: Any, xp: Any = np) -> Any:
@@ -56,22 +167,7 @@ def shape(form: str, t: Any, tau: Any, beta: Any, xp: Any = np) -> Any:
     ``xp`` is the array namespace: ``numpy`` or ``pytensor.tensor``; arguments
     broadcast as in that namespace.
     """
-    if form == "weibull":
-        if xp is np:
-            # (t / tau) ** beta overflows to inf for a tiny tau; exp(-inf) = 0 is the right limit.
-            with np.errstate(over="ignore"):
-                return 1.0 - np.exp(-((t / tau) ** beta))
-        return 1.0 - xp.exp(-((t / tau) ** beta))
-    if form == "exponential":
-        return 1.0 - xp.exp(-t / tau)
-    if form == "loglogistic":
-        # sigmoid(beta * log(t / tau)) == 1 / (1 + (tau / t)**beta), finite (with gradients) at t = 0.
-        return _sigmoid(beta * (xp.log(xp.maximum(t, _TINY_PROGRESS)) - xp.log(tau)), xp)
-    if form == "logistic":
-        steep = beta / tau
-        at_zero = _sigmoid(-steep * tau, xp)
-        return (_sigmoid(steep * (t - tau), xp) - at_zero) / (1.0 - at_zero)
-    raise BayesGrpoError(f"unknown curve form {form!r}; choose one of {', '.join(CURVE_FORMS)}")
+    return get_form(form).shape(t, tau, beta, xp)
 
 
 def reward_curve(form: str, t: Any, r0: Any, gain: Any, tau: Any, beta: Any, xp: Any = np) -> Any:
@@ -81,26 +177,7 @@ def reward_curve(form: str, t: Any, r0: Any, gain: Any, tau: Any, beta: Any, xp:
 
 def plateau_progress(form: str, tau: Any, beta: Any, level: float = 0.95) -> Any:
     """Progress ``t`` at which the curve has reached ``level`` of its total gain (NumPy)."""
-    tau = np.asarray(tau, dtype=float)
-    beta = np.asarray(beta, dtype=float)
-    if form == "weibull":
-        return tau * (-np.log1p(-level)) ** (1.0 / beta)
-    if form == "exponential":
-        return tau * -np.log1p(-level) + 0.0 * beta
-    if form == "loglogistic":
-        return tau * (level / (1.0 - level)) ** (1.0 / beta)
-    if form == "logistic":
-        steep = beta / tau
-        at_zero = 1.0 / (1.0 + np.exp(steep * tau))
-        target = at_zero + level * (1.0 - at_zero)
-        return tau + np.log(target / (1.0 - target)) / steep
-    raise BayesGrpoError(f"unknown curve form {form!r}; choose one of {', '.join(CURVE_FORMS)}")
-
-
-def _sigmoid(x: Any, xp: Any) -> Any:
-    if xp is np:
-        return 0.5 * (1.0 + np.tanh(0.5 * x))
-    return xp.sigmoid(x)
+    return get_form(form).plateau(np.asarray(tau, dtype=float), np.asarray(beta, dtype=float), level)
 
 
 @dataclass(frozen=True)

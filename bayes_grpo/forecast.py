@@ -1,10 +1,14 @@
 """Forecast a run's reward trajectory from the stored population posterior.
 
 A forecast conditions one run on its logged steps without touching the
-hierarchy: per-run parameters ``(r0, gain, log tau, log beta, log sigma)`` are
+hierarchy: per-run parameters ``(r0, asinh gain, log tau, log beta, log sigma)`` are
 drawn from the population posterior predictive for the run's covariates
 (family, size, initial reward) and re-weighted by the likelihood of the run's
-steps by importance sampling (see :func:`condition`: prior particles first;
+steps by importance sampling. Both densities come from the one model
+definition in :mod:`bayes_grpo.population` (:class:`~bayes_grpo.population.RunPrior`,
+:func:`~bayes_grpo.population.log_likelihood`); this module works on any
+:class:`~bayes_grpo.population.PopulationPosterior` and does not import the
+fitting code (see :func:`condition`: prior particles first;
 when their weights degenerate, a multivariate t around the Laplace
 approximation, mixed with the prior; weights stay exact ``prior * likelihood /
 proposal``). This is a few vectorised NumPy passes, fast enough to run inside a
@@ -20,47 +24,76 @@ shape the curve form does not capture.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import xarray as xr
 from scipy.special import gammaln, logsumexp
 
+from bayes_grpo.config import ModelConfig
 from bayes_grpo.curves import plateau_progress, reward_curve
 from bayes_grpo.errors import ModelError
 from bayes_grpo.logs import RunLog
-from bayes_grpo.model import step_noise
-from bayes_grpo.prepare import PreparedRun, bin_observations, centred_size, prepare_run, start_level
+from bayes_grpo.population import PARAMS, PopulationPosterior, RunPrior, in_support, log_likelihood, natural, step_noise
+from bayes_grpo.prepare import PreparedRun, bin_observations, prepare_run
+from bayes_grpo.settings import FORECAST_QUANTILES
 
-if TYPE_CHECKING:
-    from bayes_grpo.model import FittedModel
-
-PARAMS = ("r0", "asinh_gain", "log_tau", "log_beta", "log_sigma")
-QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
-MAX_LIKELIHOOD_BINS = 120
 MAX_GRID_POINTS = 500
-# How far (fraction of the declared range) a curve's start or asymptote may sit outside it.
-RANGE_SLACK = 0.02
 
 
 @dataclass
 class FinalReward:
-    """Posterior predictive of the reward level at ``total_steps``."""
+    """Posterior predictive of the reward level at ``total_steps``.
+
+    Parameters
+    ----------
+    samples : ndarray
+        Draws of the final reward level (the run's own reward scale).
+
+    Example
+    -------
+    >>> final = FinalReward(np.array([0.4, 0.5, 0.6]))
+    >>> round(final.mean, 2), final.quantile(0.5)
+    (0.5, 0.5)
+    """
 
     samples: np.ndarray
 
     @property
     def mean(self) -> float:
+        """Posterior mean of the final reward."""
         return float(np.mean(self.samples))
 
     def quantile(self, q: float | np.ndarray) -> float | np.ndarray:
-        """Posterior quantile(s) of the final reward."""
+        """Posterior quantile(s) of the final reward.
+
+        Parameters
+        ----------
+        q : float or array of float
+            Probabilities in [0, 1].
+
+        Returns
+        -------
+        float or ndarray
+            A float for a scalar ``q``, else an array of the same shape.
+        """
         value = np.quantile(self.samples, q)
         return float(value) if np.ndim(value) == 0 else value
 
     def interval(self, mass: float = 0.9) -> tuple[float, float]:
-        """Central credible interval holding ``mass`` of the posterior."""
+        """Central credible interval holding ``mass`` of the posterior.
+
+        Parameters
+        ----------
+        mass : float
+            Probability mass inside the interval (0.9: the 5% and 95% quantiles).
+
+        Returns
+        -------
+        (float, float)
+            Lower and upper bound.
+        """
         lo, hi = np.quantile(self.samples, [(1 - mass) / 2, (1 + mass) / 2])
         return float(lo), float(hi)
 
@@ -69,12 +102,40 @@ class FinalReward:
 class Forecast:
     """Posterior trajectories of one run's expected reward, on the run's own scale.
 
-    ``draws`` has shape (n_draws, len(steps)) and is the predictive of the reward
-    level (curve plus model discrepancy); ``curves`` holds the same draws of the
-    parametric curve alone (what the stopping rule judges gains on); ``observed_steps``/``observed_rewards``
-    are what the forecast was conditioned on. ``params`` holds the per-draw curve
-    parameters (normalised units) and ``plateau_step`` the step where each draw
-    reaches 95% of its total gain.
+    Made by :func:`forecast` (or :meth:`bayes_grpo.model.FittedModel.forecast`).
+
+    Attributes
+    ----------
+    run_id : str
+        The run forecast.
+    steps : ndarray
+        Forecast grid (every step up to ``total_steps``, thinned to at most 500 points, always
+        including the last logged step).
+    draws : ndarray
+        (n_draws, len(steps)): predictive of the reward level (curve plus model discrepancy).
+    curves : ndarray
+        The same draws of the parametric curve alone (what the stopping rule judges gains on).
+    total_steps : int
+        Planned length of the run.
+    observed_steps, observed_rewards : ndarray
+        What the forecast was conditioned on.
+    params : dict
+        Per-draw curve parameters ``r0, gain, tau, beta, sigma`` (normalised units) and ``unit``.
+    plateau_step : ndarray
+        Per-draw step where the curve reaches 95% of its total gain.
+    current : ndarray
+        Per-draw expected reward at the last logged step.
+    prepared : PreparedRun
+        The normalised run.
+    ess : float
+        Effective sample size of the importance weights.
+    noise_floor : float
+        The model's per-step noise floor (normalised units).
+
+    Example
+    -------
+    >>> fc = bg.default_model().forecast(run.head(100), total_steps=400)  # doctest: +SKIP
+    >>> fc.final.quantile(0.5), fc.final.interval(0.9)  # doctest: +SKIP
     """
 
     run_id: str
@@ -89,15 +150,17 @@ class Forecast:
     current: np.ndarray
     prepared: PreparedRun = field(repr=False)
     ess: float = float("nan")
+    noise_floor: float = ModelConfig.noise_floor
 
     @property
     def last_observed_step(self) -> int | None:
+        """The last logged step the forecast saw (None for a run not yet started)."""
         return int(self.observed_steps[-1]) if self.observed_steps.size else None
 
     @property
     def step_noise(self) -> np.ndarray:
         """Per-draw noise of one logged step, in reward units (the likelihood's, noise floor included)."""
-        return step_noise(self.params["sigma"]) * self.prepared.unit
+        return step_noise(self.params["sigma"], self.noise_floor) * self.prepared.unit
 
     @property
     def final(self) -> FinalReward:
@@ -121,9 +184,9 @@ class Forecast:
 
     def to_frame(self) -> pd.DataFrame:
         """Columns ``step, mean, q05, q25, q50, q75, q95`` on the forecast grid."""
-        quantiles = np.quantile(self.draws, QUANTILES, axis=0)
+        quantiles = np.quantile(self.draws, FORECAST_QUANTILES, axis=0)
         frame = pd.DataFrame({"step": self.steps.astype(int), "mean": self.draws.mean(axis=0)})
-        for q, row in zip(QUANTILES, quantiles):
+        for q, row in zip(FORECAST_QUANTILES, quantiles):
             frame[f"q{int(round(q * 100)):02d}"] = row
         return frame
 
@@ -155,82 +218,13 @@ class Forecast:
         return ax
 
 
-class _PopulationPrior:
-    """Population posterior predictive of one run's parameters: Normal per draw, mixed over draws."""
-
-    def __init__(self, model: "FittedModel", prepared: PreparedRun, initial_z: float | None, rng: np.random.Generator, n_components: int = 128):
-        pop = model.population_arrays()
-        k = prepared.kind_index
-        x, i = centred_size(prepared, model.config["size_centres"]), prepared.initial_cov
-        gain_mu = pop["gain_mu"][k]
-        gain_sd = pop["gain_sd"][k]
-        families = model.families
-        if prepared.family in families:
-            f = families.index(prepared.family)
-            fam_gain, fam_gain_var = pop["fam_gain"][f], 0.0
-            fam_tau, fam_tau_var = pop["fam_tau"][f], 0.0
-        else:
-            fam_gain, fam_gain_var = 0.0, pop["fam_gain_sd"] ** 2
-            fam_tau, fam_tau_var = 0.0, pop["fam_tau_sd"] ** 2
-        start = initial_z if initial_z is not None else start_level(prepared)
-        r0_sd = pop["r0_sd"][k]
-        if initial_z is not None:
-            r0_sd = np.minimum(r0_sd, 0.02 if prepared.kind == "range" else 0.1)
-        n = gain_mu.size
-        self.mean = np.stack(
-            [
-                np.full(n, start),
-                gain_mu + gain_sd * (fam_gain + pop["gain_size"] * x + pop["gain_init"] * i),
-                pop["tau_mu"] + fam_tau + pop["tau_size"] * x + pop["tau_init"] * i,
-                pop["beta_mu"] if model.form != "exponential" else np.zeros(n),
-                pop["sig_mu"][k],
-            ],
-            axis=1,
-        )
-        self.sd = np.stack(
-            [
-                r0_sd,
-                gain_sd * np.sqrt(1.0 + fam_gain_var),
-                np.sqrt(pop["tau_sd"] ** 2 + fam_tau_var),
-                pop["beta_sd"] if model.form != "exponential" else np.full(n, 1e-9),
-                pop["sig_sd"][k],
-            ],
-            axis=1,
-        )
-        self.components = rng.choice(n, size=min(n_components, n), replace=False)
-
-    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
-        rows = rng.integers(0, self.mean.shape[0], size)
-        return self.mean[rows] + self.sd[rows] * rng.standard_normal((size, len(PARAMS)))
-
-    def logpdf(self, theta: np.ndarray) -> np.ndarray:
-        """Log density of the mixture (over a fixed random subset of posterior draws), by matrix products."""
-        rows = self.components
-        precision = 1.0 / self.sd[rows] ** 2
-        mean = self.mean[rows]
-        quad = (theta**2) @ precision.T - 2.0 * theta @ (mean * precision).T + np.sum(mean**2 * precision, axis=1)[None]
-        log_norm = -np.sum(np.log(self.sd[rows]), axis=1) - 0.5 * len(PARAMS) * np.log(2 * np.pi)
-        return logsumexp(log_norm[None] - 0.5 * quad, axis=1) - np.log(rows.size)
-
-
-def _student_t_loglik(form: str, theta: np.ndarray, t: np.ndarray, z: np.ndarray, counts: np.ndarray, nu: float) -> np.ndarray:
-    if t.size == 0:
-        return np.zeros(theta.shape[0])
-    r0, asinh_gain, log_tau, log_beta, log_sigma = (theta[:, j : j + 1] for j in range(len(PARAMS)))
-    mu = reward_curve(form, t[None], r0, np.sinh(asinh_gain), np.exp(log_tau), np.exp(log_beta))
-    scale = step_noise(np.exp(log_sigma)) / np.sqrt(counts)[None]
-    resid = (z[None] - mu) / scale
-    const = gammaln((nu + 1) / 2) - gammaln(nu / 2) - 0.5 * np.log(nu * np.pi)
-    return np.sum(const - np.log(scale) - (nu + 1) / 2 * np.log1p(resid**2 / nu), axis=1)
-
-
 def _ess(log_w: np.ndarray) -> float:
     w = np.exp(log_w - logsumexp(log_w))
     return float(1.0 / np.sum(w**2))
 
 
 def condition(
-    model: "FittedModel",
+    model: PopulationPosterior,
     prepared: PreparedRun,
     *,
     n_particles: int = 3000,
@@ -248,18 +242,13 @@ def condition(
        particles once more (moment matching).
     """
     rng = np.random.default_rng(seed)
-    prior = _PopulationPrior(model, prepared, prepared.initial_z, rng)
-    t, z, counts = bin_observations(prepared.t, prepared.z, MAX_LIKELIHOOD_BINS)
-    nu = float(model.config.get("student_nu", 4.0))
+    config = model.model_config
+    prior = RunPrior(model, prepared, rng)
+    t, z, counts = bin_observations(prepared.t, prepared.z, config.forecast_bins)
 
     def log_lik(theta: np.ndarray) -> np.ndarray:
-        value = _student_t_loglik(model.form, theta, t, z, counts, nu)
-        if prepared.kind == "range":
-            # A declared reward range bounds where the curve can start and end.
-            ends = np.stack([theta[:, 0], theta[:, 0] + np.sinh(theta[:, 1])])
-            outside = np.any((ends < -RANGE_SLACK) | (ends > 1 + RANGE_SLACK), axis=0)
-            value = np.where(outside, -np.inf, value)
-        return value
+        # A declared reward range bounds where the curve can start and end.
+        return np.where(in_support(config, theta, prepared.kind), log_likelihood(config, theta, t, z, counts), -np.inf)
 
     theta = prior.sample(rng, n_particles)
     log_w = log_lik(theta)
@@ -354,7 +343,7 @@ def _mvt_logpdf(x: np.ndarray, mode: np.ndarray, cov: np.ndarray) -> np.ndarray:
 
 
 def forecast(
-    model: "FittedModel",
+    model: PopulationPosterior,
     run: RunLog | None = None,
     total_steps: int | None = None,
     *,
@@ -368,10 +357,37 @@ def forecast(
 ) -> Forecast:
     """Forecast a run (finished, in progress, or not yet started) up to ``total_steps``.
 
-    For a run not yet started pass ``run=None`` with ``family``, ``params_b``,
-    ``initial_reward``, ``total_steps`` and ``reward_range``. For logged runs
-    keyword arguments override the run's metadata. ``drift`` (the Brownian
-    discrepancy scale) defaults to the model's calibrated setting.
+    Parameters
+    ----------
+    model : PopulationPosterior
+        A fitted population (e.g. :func:`bayes_grpo.default_model`).
+    run : RunLog or None
+        The logged steps so far; None for a run not yet started.
+    total_steps : int, optional
+        Planned length of the run (default: the run's metadata).
+    family, params_b, initial_reward, reward_range : optional
+        Override the run's metadata; for a run not yet started pass ``initial_reward``,
+        ``total_steps`` and ``reward_range`` (and ``family``/``params_b`` when known).
+    n_draws : int
+        Trajectory draws returned (1000).
+    drift : float, optional
+        Scale of the Brownian discrepancy (default: ``model.model_config.drift``).
+    seed : int
+        Seed of the importance sampler and of the discrepancy paths.
+
+    Returns
+    -------
+    Forecast
+
+    Raises
+    ------
+    ModelError
+        When ``total_steps`` is unknown or smaller than the last logged step, or a run not yet
+        started lacks ``initial_reward``/``reward_range``.
+
+    Example
+    -------
+    >>> fc = forecast(bg.default_model(), run.head(100), total_steps=400)  # doctest: +SKIP
     """
     if run is None and (total_steps is None or initial_reward is None):
         raise ModelError("forecasting a run not yet started needs total_steps= and initial_reward= (and reward_range=)")
@@ -387,19 +403,20 @@ def forecast(
     rng = np.random.default_rng(seed + 1)
     picks = _systematic_resample(np.exp(log_w), n_draws, rng)
     sample = theta[picks]
-    r0, asinh_gain, log_tau, log_beta, log_sigma = sample.T
-    gain, tau, beta = np.sinh(asinh_gain), np.exp(log_tau), np.exp(log_beta)
+    config = model.model_config
+    p = natural(dict(zip(PARAMS, sample.T)))
+    r0, gain, tau, beta = p["r0"], p["gain"], p["tau"], p["beta"]
 
     total = prepared.total_steps
     last = int(prepared.steps[-1]) if prepared.steps.size else 0
     grid = _grid(last, total)
     t_grid = grid / total
-    curves = reward_curve(model.form, t_grid[None], r0[:, None], gain[:, None], tau[:, None], beta[:, None])
+    curves = reward_curve(config.form, t_grid[None], r0[:, None], gain[:, None], tau[:, None], beta[:, None])
     t_last = last / total
-    drift = float(model.config.get("drift", 0.0) if drift is None else drift)
-    levels = curves + _brownian_discrepancy(rng, t_grid, t_last, drift * np.exp(log_sigma)) if drift > 0 else curves
-    current = reward_curve(model.form, np.array([t_last]), r0, gain, tau, beta) if last else r0
-    plateau_t = plateau_progress(model.form, tau, beta)
+    drift = float(config.drift if drift is None else drift)
+    levels = curves + _brownian_discrepancy(rng, t_grid, t_last, drift * p["sigma"]) if drift > 0 else curves
+    current = reward_curve(config.form, np.array([t_last]), r0, gain, tau, beta) if last else r0
+    plateau_t = plateau_progress(config.form, tau, beta)
     return Forecast(
         run_id=prepared.run_id,
         steps=grid,
@@ -408,11 +425,12 @@ def forecast(
         total_steps=total,
         observed_steps=prepared.steps.astype(int),
         observed_rewards=prepared.to_reward(prepared.z),
-        params={"r0": r0, "gain": gain, "tau": tau, "beta": beta, "sigma": np.exp(log_sigma), "unit": prepared.unit},
+        params={**p, "unit": prepared.unit},
         plateau_step=np.clip(plateau_t * total, 0, None),
         current=prepared.to_reward(np.asarray(current).ravel()),
         prepared=prepared,
         ess=float(1.0 / np.sum(np.exp(2 * log_w))),
+        noise_floor=config.noise_floor,
     )
 
 

@@ -1,32 +1,20 @@
-"""The hierarchical Bayesian reward-curve model (PyMC) and its fitted form.
+"""Fit the hierarchical reward-curve model, and save, load and use the fitted population.
 
-Each run ``r`` follows ``z(t) = r0 + gain * F(t; tau, beta)`` in normalised
-progress ``t`` and normalised reward ``z`` (see :mod:`bayes_grpo.prepare` and
-:mod:`bayes_grpo.curves`). Per-run parameters come from population
-distributions whose means depend on the model family (partially pooled, with a
-population level, so an unseen family still works), on log model size and on
-the initial reward:
+The model itself (priors, curve form, noise model, covariates) is defined once
+in :mod:`bayes_grpo.population`; its settings are :class:`~bayes_grpo.config.ModelConfig`
+and :class:`~bayes_grpo.config.SamplerConfig`. :func:`fit` samples it with NUTS
+and returns a :class:`FittedModel`, which keeps the population posterior (small,
+shipped in the package as :func:`default_model`) and forecasts any run by
+conditioning on its steps (:mod:`bayes_grpo.forecast`), without recompiling or
+refitting the hierarchy. Decisions come from :mod:`bayes_grpo.stopping`.
 
-    gain_r     = sinh(gain_mu[k] + gain_sd[k] * (fam_gain[f] + gain_size * x + gain_init * i + e))
-    log tau_r  = tau_mu + fam_tau[f] + tau_size * x + tau_init * i + tau_sd * e
-    log beta_r = beta_mu + beta_sd * e
-    r0_r       = start_r + r0_sd[k] * e
-    log sig_r  = sig_mu[k] + sig_sd[k] * e
+Data flow: ``logs -> prepare -> population -> model (fit) -> forecast -> stopping``;
+this module may import the later stages, they never import it.
 
-``k`` is the scale kind (declared reward range, or a unit learned from the run's own spread), ``x`` the
-log10 size (centred within each kind) and ``i`` the centred initial reward. The sinh keeps small gains near-Normal while giving
-the heavy right tail of real runs (most gain a few noise units, a few gain
-tens) without spreading prior mass evenly over huge gains. A gain near zero or a
-timescale beyond the horizon is how the model says "no take-off (yet)".
-
-Per-step rewards are noisy batch means with outliers and collapses: they are
-binned (at most ``max_bins`` per run) and given a Student-t likelihood whose
-scale shrinks with the bin count.
-
-:class:`FittedModel` keeps only the population posterior (small, shipped in the
-package as :func:`default_model`); forecasts for any run are conditioned on that
-run's steps by adaptive importance sampling in :mod:`bayes_grpo.forecast`,
-without recompiling or refitting the hierarchy.
+A fitted model is saved as **one** NetCDF file (ArviZ InferenceData) whose root
+attributes record the package version, the model-file format version
+(:data:`FORMAT_VERSION`), the model and sampler configs (JSON), the curve form,
+what it was fitted on and the sampler diagnostics.
 """
 
 from __future__ import annotations
@@ -34,153 +22,51 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import arviz as az
+import h5netcdf
 import numpy as np
 import xarray as xr
 
-from bayes_grpo.curves import CURVE_FORMS, DEFAULT_FORM, reward_curve
+from bayes_grpo import __version__
+from bayes_grpo.config import ModelConfig, SamplerConfig, merge
+from bayes_grpo.curves import CURVE_FORMS
 from bayes_grpo.errors import ModelError
+from bayes_grpo.forecast import Forecast, forecast
 from bayes_grpo.logs import RunLog, RunSet
-from bayes_grpo.prepare import SCALE_KINDS, PreparedRun, bin_observations, centred_size, prepare_run, size_centres, start_level
+from bayes_grpo.population import POPULATION_VARS, build_model
+from bayes_grpo.prepare import PreparedRun, prepare_run, size_centres
+from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE
+from bayes_grpo.stopping import RelativeTo, StopDecision, stop_decision, stop_probability
 
-STUDENT_NU = 4.0
-
-# Per-step noise never drops below this (normalised units): quantised rewards
-# (a run logging exactly 2.0 for twenty steps) would otherwise drive sigma to 0.
-NOISE_FLOOR = 0.02
-# Scale of the Brownian model-discrepancy term of forecasts (in per-step noise
-# units per unit of progress), chosen so that 90% intervals of forecasts from 30%
-# of a run cover about 90% of finals in the calibration benchmark.
-CALIBRATED_DRIFT = 1.5
-# Prior centre of log(beta) per form: a mild slow start for the Weibull, a
-# moderately sharp sigmoid for the logistic.
-BETA_PRIOR_CENTRE = {"weibull": np.log(1.5), "loglogistic": np.log(2.0), "logistic": np.log(6.0), "exponential": 0.0}
-POPULATION_VARS = (
-    "gain_mu", "gain_sd", "gain_size", "gain_init", "fam_gain", "fam_gain_sd",
-    "tau_mu", "tau_sd", "tau_size", "tau_init", "fam_tau", "fam_tau_sd",
-    "beta_mu", "beta_sd", "r0_sd", "sig_mu", "sig_sd",
-)
-DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "assets" / "default_model"
-
-
-def quick_mode() -> bool:
-    """True when ``BAYES_GRPO_QUICK`` is set: tests and CI use short sampler runs."""
-    return os.environ.get("BAYES_GRPO_QUICK", "").strip().lower() not in ("", "0", "false", "no")
-
-
-def _prepare_all(runs: Iterable[RunLog]) -> list[PreparedRun]:
-    prepared = [prepare_run(run, require_total=False) for run in runs]
-    if not prepared:
-        raise ModelError("fit needs at least one run")
-    return prepared
-
-
-def build_model(prepared: list[PreparedRun], form: str = DEFAULT_FORM, max_bins: int = 60, centres: list[float] | None = None) -> Any:
-    """Build the hierarchical PyMC model for prepared runs (observations binned).
-
-    ``centres`` are the per-kind log10-size centres (default: computed from ``prepared``).
-    """
-    import pymc as pm
-    import pytensor.tensor as pt
-
-    if form not in CURVE_FORMS:
-        raise ModelError(f"unknown curve form {form!r}; choose one of {', '.join(CURVE_FORMS)}")
-    families = sorted({p.family or "unknown" for p in prepared})
-    fam_index = np.array([families.index(p.family or "unknown") for p in prepared])
-    kind_index = np.array([p.kind_index for p in prepared])
-    centres = centres if centres is not None else size_centres(prepared)
-    size = np.array([centred_size(p, centres) for p in prepared])
-    init = np.array([p.initial_cov for p in prepared])
-    start = np.array([start_level(p) for p in prepared])
-    t_obs, z_obs, counts, run_of_obs = [], [], [], []
-    for r, p in enumerate(prepared):
-        t_b, z_b, c_b = bin_observations(p.t, p.z, max_bins)
-        t_obs.append(t_b), z_obs.append(z_b), counts.append(c_b), run_of_obs.append(np.full(t_b.size, r))
-    coords = {
-        "run": [p.run_id for p in prepared],
-        "family": families,
-        "kind": list(SCALE_KINDS),
-        "obs": np.arange(sum(t.size for t in t_obs)),
-    }
-    with pm.Model(coords=coords) as model:
-        t_data = pm.Data("t", np.concatenate(t_obs), dims="obs")
-        z_data = pm.Data("z", np.concatenate(z_obs), dims="obs")
-        count_data = pm.Data("count", np.concatenate(counts), dims="obs")
-        run_idx = pm.Data("run_idx", np.concatenate(run_of_obs).astype("int64"), dims="obs")
-        size_data = pm.Data("log10_size", size, dims="run")
-        init_data = pm.Data("initial_cov", init, dims="run")
-        start_data = pm.Data("start", start, dims="run")
-
-        gain_mu = pm.Normal("gain_mu", mu=np.array([0.3, 0.5]), sigma=np.array([0.3, 0.5]), dims="kind")
-        gain_sd = pm.HalfNormal("gain_sd", sigma=np.array([0.3, 0.5]), dims="kind")
-        gain_size = pm.Normal("gain_size", 0.0, 0.5)
-        gain_init = pm.Normal("gain_init", 0.0, 1.0)
-        fam_gain_sd = pm.HalfNormal("fam_gain_sd", 0.5)
-        fam_gain = pm.Deterministic("fam_gain", fam_gain_sd * pm.Normal("fam_gain_raw", 0, 1, dims="family"), dims="family")
-
-        tau_mu = pm.Normal("tau_mu", np.log(0.3), 1.0)
-        tau_sd = pm.HalfNormal("tau_sd", 0.8)
-        tau_size = pm.Normal("tau_size", 0.0, 0.3)
-        tau_init = pm.Normal("tau_init", 0.0, 1.0)
-        fam_tau_sd = pm.HalfNormal("fam_tau_sd", 0.5)
-        fam_tau = pm.Deterministic("fam_tau", fam_tau_sd * pm.Normal("fam_tau_raw", 0, 1, dims="family"), dims="family")
-
-        beta_mu = pm.Normal("beta_mu", BETA_PRIOR_CENTRE[form], 0.5)
-        beta_sd = pm.HalfNormal("beta_sd", 0.5)
-        r0_sd = pm.HalfNormal("r0_sd", sigma=np.array([0.1, 0.3]), dims="kind")
-        sig_mu = pm.Normal("sig_mu", mu=np.array([np.log(0.05), np.log(0.3)]), sigma=np.array([1.0, 0.7]), dims="kind")
-        sig_sd = pm.HalfNormal("sig_sd", 0.5, dims="kind")
-
-        kind = kind_index
-        e_gain = pm.Normal("e_gain", 0, 1, dims="run")
-        e_tau = pm.Normal("e_tau", 0, 1, dims="run")
-        e_r0 = pm.Normal("e_r0", 0, 1, dims="run")
-        e_sig = pm.Normal("e_sig", 0, 1, dims="run")
-        gain = pm.Deterministic(
-            "gain",
-            pt.sinh(gain_mu[kind] + gain_sd[kind] * (fam_gain[fam_index] + gain_size * size_data + gain_init * init_data + e_gain)),
-            dims="run",
-        )
-        tau = pm.Deterministic(
-            "tau",
-            pt.exp(tau_mu + fam_tau[fam_index] + tau_size * size_data + tau_init * init_data + tau_sd * e_tau),
-            dims="run",
-        )
-        if form == "exponential":
-            beta = pt.ones(len(prepared))
-        else:
-            beta = pm.Deterministic("beta", pt.exp(beta_mu + beta_sd * pm.Normal("e_beta", 0, 1, dims="run")), dims="run")
-        r0 = pm.Deterministic("r0", start_data + r0_sd[kind] * e_r0, dims="run")
-        sigma = pm.Deterministic("sigma", pt.exp(sig_mu[kind] + sig_sd[kind] * e_sig), dims="run")
-
-        mu = reward_curve(form, t_data, r0[run_idx], gain[run_idx], tau[run_idx], beta[run_idx], xp=pt)
-        noise = step_noise(sigma[run_idx], xp=pt) / pt.sqrt(count_data)
-        pm.StudentT("z_obs", nu=STUDENT_NU, mu=mu, sigma=noise, observed=z_data, dims="obs")
-    return model
-
-
-def step_noise(sigma: Any, xp: Any = np) -> Any:
-    """Per-step noise of the likelihood: the run's ``sigma`` with the :data:`NOISE_FLOOR` added in quadrature."""
-    return xp.sqrt(sigma**2 + NOISE_FLOOR**2)
-
-
-def _pick_sampler(requested: str | None) -> str:
-    if requested:
-        return requested
-    for name in ("nutpie", "numpyro"):
-        if importlib.util.find_spec(name) is not None:
-            return name
-    return "pymc"
+#: Version of the model-file layout; :func:`load_model` refuses files of another version.
+FORMAT_VERSION = 1
+#: Root attribute that marks a NetCDF file as a bayes_grpo model.
+FORMAT_ATTR = "bayes_grpo_model_format"
+DEFAULT_MODEL_PATH = Path(__file__).resolve().parent / "assets" / "default_model.nc"
+_PER_RUN_VARS = ("gain", "tau", "r0", "sigma")
 
 
 @dataclass
 class FitDiagnostics:
-    """Sampler health of a fit: worst r_hat, smallest bulk ESS and divergences."""
+    """Sampler health of a fit: worst r_hat, smallest bulk ESS and divergences.
+
+    Attributes
+    ----------
+    max_r_hat, min_ess_bulk : float
+        Over the population variables and the per-run curve parameters.
+    divergences : int
+        Divergent transitions after tuning.
+    sampler : str
+        The NUTS implementation used.
+    seconds : float
+        Wall time of the sampling.
+    """
 
     max_r_hat: float
     min_ess_bulk: float
@@ -190,6 +76,7 @@ class FitDiagnostics:
 
     @property
     def ok(self) -> bool:
+        """True when r_hat < 1.05, bulk ESS > 100 and there are no divergences."""
         return self.max_r_hat < 1.05 and self.min_ess_bulk > 100 and self.divergences == 0
 
     def __str__(self) -> str:
@@ -203,21 +90,54 @@ class FitDiagnostics:
 class FittedModel:
     """The population posterior of the hierarchy, able to forecast any run.
 
-    ``population`` holds posterior draws (chain, draw) of the population-level
-    variables; ``idata`` (optional, not saved in compact form) is the full
-    InferenceData of the fit, for diagnostics and posterior predictive checks.
+    Attributes
+    ----------
+    population : xarray.Dataset
+        Posterior draws (chain, draw) of the population-level variables.
+    model_config : ModelConfig
+        The model settings it was fitted with (curve form, likelihood, priors, drift).
+    sampler_config : SamplerConfig
+        The sampler settings it was fitted with.
+    size_centres : list of float
+        Per-kind log10-size centres of the fitted runs.
+    fitted_on : dict
+        ``runs`` (ids listed), ``n_runs`` and ``sources`` (runs per source), plus any provenance.
+    idata : arviz.InferenceData or None
+        The full fit (per-run parameters, sample stats, log-likelihood) when kept.
+    diagnostics : FitDiagnostics or None
+        Sampler health.
+
+    Example
+    -------
+    >>> model = bg.default_model()  # doctest: +SKIP
+    >>> model.stop_decision(run.head(200), total_steps=500).should_stop  # doctest: +SKIP
     """
 
     population: xr.Dataset
-    form: str
-    config: dict[str, Any] = field(default_factory=dict)
+    model_config: ModelConfig = field(default_factory=ModelConfig)
+    sampler_config: SamplerConfig = field(default_factory=SamplerConfig)
+    size_centres: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    fitted_on: dict[str, Any] = field(default_factory=dict)
     idata: az.InferenceData | None = None
     diagnostics: FitDiagnostics | None = None
     _arrays: dict[str, np.ndarray] | None = field(default=None, init=False, repr=False)
 
     @property
+    def form(self) -> str:
+        """The curve form (``model_config.form``)."""
+        return self.model_config.form
+
+    @property
     def families(self) -> list[str]:
+        """The model families the population has seen (others get the population level)."""
         return [str(f) for f in self.population["family"].values]
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """Flat read-only view of the settings and provenance (model, sampler, size centres, runs)."""
+        model = {k: v for k, v in self.model_config.to_dict().items() if k != "priors"}
+        return {**model, **self.sampler_config.to_dict(), "size_centres": list(self.size_centres),
+                "runs": list(self.fitted_on.get("runs", [])), "n_runs": self.fitted_on.get("n_runs")}
 
     def population_arrays(self) -> dict[str, np.ndarray]:
         """Posterior draws as NumPy arrays with the sample axis last (cached: the live path reads these)."""
@@ -226,112 +146,349 @@ class FittedModel:
             self._arrays = {name: np.asarray(stacked[name].values) for name in stacked.data_vars}
         return self._arrays
 
-    def forecast(self, run: RunLog | None = None, total_steps: int | None = None, **kwargs: Any) -> Any:
-        """Forecast the reward trajectory up to ``total_steps`` (see :func:`bayes_grpo.forecast.forecast`)."""
-        from bayes_grpo.forecast import forecast
+    def forecast(self, run: RunLog | None = None, total_steps: int | None = None, **kwargs: Any) -> Forecast:
+        """Forecast the reward trajectory of ``run`` up to ``total_steps``.
 
+        Parameters
+        ----------
+        run : RunLog or None
+            The steps logged so far (None for a run not yet started).
+        total_steps : int, optional
+            Planned length (default: the run's metadata).
+        **kwargs
+            ``family``, ``params_b``, ``initial_reward``, ``reward_range``, ``n_draws``, ``drift``,
+            ``seed`` (see :func:`bayes_grpo.forecast.forecast`).
+
+        Returns
+        -------
+        Forecast
+
+        Raises
+        ------
+        ModelError
+            When ``total_steps`` is unknown or smaller than the last logged step.
+
+        Example
+        -------
+        >>> model.forecast(run.head(120), total_steps=500).final.interval(0.9)  # doctest: +SKIP
+        """
         return forecast(self, run, total_steps=total_steps, **kwargs)
 
-    def stop_probability(self, run: RunLog, total_steps: int | None = None, tolerance: float = 0.01, **kwargs: Any) -> float:
-        """Posterior probability that the reward still to gain is below ``tolerance`` (see :mod:`bayes_grpo.stopping`)."""
-        from bayes_grpo.stopping import stop_probability
+    def stop_probability(
+        self,
+        run: RunLog,
+        total_steps: int | None = None,
+        tolerance: float = STOP_TOLERANCE,
+        relative_to: RelativeTo = "range",
+        **kwargs: Any,
+    ) -> float:
+        """Posterior probability that less than ``tolerance * scale`` reward remains to gain by ``total_steps``.
 
-        return stop_probability(self, run, total_steps=total_steps, tolerance=tolerance, **kwargs)
+        Parameters
+        ----------
+        run : RunLog
+            The steps logged so far.
+        total_steps : int, optional
+            Planned length (default: the run's metadata).
+        tolerance : float
+            Fraction of the reward scale (0.01).
+        relative_to : {"range", "gain"}
+            What the scale is (see :mod:`bayes_grpo.stopping`).
+        **kwargs
+            Passed to :meth:`forecast`.
 
-    def stop_decision(self, run: RunLog, total_steps: int | None = None, threshold: float = 0.9, tolerance: float = 0.01, **kwargs: Any) -> Any:
-        """A stop/continue decision with its evidence (see :mod:`bayes_grpo.stopping`)."""
-        from bayes_grpo.stopping import stop_decision
+        Returns
+        -------
+        float
+            In [0, 1].
 
-        return stop_decision(self, run, total_steps=total_steps, threshold=threshold, tolerance=tolerance, **kwargs)
+        Raises
+        ------
+        ModelError
+            For a negative tolerance or an unknown ``relative_to``.
+
+        Example
+        -------
+        >>> model.stop_probability(run.head(300), total_steps=500)  # doctest: +SKIP
+        """
+        return stop_probability(self, run, total_steps=total_steps, tolerance=tolerance, relative_to=relative_to, **kwargs)
+
+    def stop_decision(
+        self,
+        run: RunLog,
+        total_steps: int | None = None,
+        threshold: float = STOP_THRESHOLD,
+        tolerance: float = STOP_TOLERANCE,
+        relative_to: RelativeTo = "range",
+        value_per_reward: float | None = None,
+        cost_per_step: float | None = None,
+        **kwargs: Any,
+    ) -> StopDecision:
+        """A stop/continue decision with its evidence, from a forecast of ``run``.
+
+        Parameters
+        ----------
+        run : RunLog
+            The steps logged so far.
+        total_steps : int, optional
+            Planned length (default: the run's metadata).
+        threshold, tolerance, relative_to, value_per_reward, cost_per_step
+            See :func:`bayes_grpo.stopping.decision_from_forecast`.
+        **kwargs
+            Passed to :meth:`forecast` (``n_draws``, ``seed``, metadata overrides).
+
+        Returns
+        -------
+        StopDecision
+
+        Raises
+        ------
+        ModelError
+            For an impossible threshold or tolerance, or only one of the decision-theoretic costs.
+
+        Example
+        -------
+        >>> print(model.stop_decision(run.head(300), total_steps=500).explain())  # doctest: +SKIP
+        """
+        return stop_decision(
+            self,
+            run,
+            total_steps=total_steps,
+            threshold=threshold,
+            tolerance=tolerance,
+            relative_to=relative_to,
+            value_per_reward=value_per_reward,
+            cost_per_step=cost_per_step,
+            **kwargs,
+        )
 
     def summary(self) -> Any:
-        """ArviZ summary table (mean, hdi, r_hat, ess) of the population variables."""
+        """ArviZ summary table (mean, hdi, r_hat, ess) of the population variables.
+
+        Returns
+        -------
+        pandas.DataFrame
+        """
         return az.summary(self.population, kind="all")
 
     def save(self, path: str | os.PathLike, *, full: bool = True) -> Path:
-        """Save to a folder: ``population.nc`` + ``config.json`` (+ ``fit.nc``, the full InferenceData, when ``full``)."""
+        """Write the model to one NetCDF file.
+
+        Parameters
+        ----------
+        path : path-like
+            The file to write; an existing folder gets ``model.nc`` inside it.
+        full : bool
+            Also store the full fit (per-run parameters, sample stats, log-likelihood) when the
+            model has it; otherwise only the population posterior (a few hundred kB).
+
+        Returns
+        -------
+        Path
+            The file written.
+
+        Example
+        -------
+        >>> model.save("my_model.nc", full=False)  # doctest: +SKIP
+        PosixPath('my_model.nc')
+        """
         out = Path(path)
-        out.mkdir(parents=True, exist_ok=True)
-        self.population.to_netcdf(out / "population.nc", engine="h5netcdf")
-        config = dict(self.config, form=self.form)
-        if self.diagnostics is not None:
-            config["diagnostics"] = self.diagnostics.__dict__
-        (out / "config.json").write_text(json.dumps(config, indent=2, default=float))
+        if out.is_dir():
+            out = out / "model.nc"
+        out.parent.mkdir(parents=True, exist_ok=True)
         if full and self.idata is not None:
-            self.idata.to_netcdf(str(out / "fit.nc"), engine="h5netcdf")
+            data = self.idata
+        else:
+            data = az.InferenceData(posterior=self.population)
+        if out.exists():
+            out.unlink()
+        data.to_netcdf(str(out), engine="h5netcdf")
+        with h5netcdf.File(out, "a") as handle:
+            for key, value in self._attributes().items():
+                handle.attrs[key] = value
         return out
+
+    def _attributes(self) -> dict[str, Any]:
+        return {
+            FORMAT_ATTR: FORMAT_VERSION,
+            "package_version": __version__,
+            "curve_form": self.form,
+            "model_config": json.dumps(self.model_config.to_dict()),
+            "sampler_config": json.dumps(self.sampler_config.to_dict()),
+            "size_centres": json.dumps(list(self.size_centres)),
+            "fitted_on": json.dumps(self.fitted_on, default=str),
+            "diagnostics": json.dumps(asdict(self.diagnostics) if self.diagnostics is not None else None),
+        }
 
 
 def load_model(path: str | os.PathLike) -> FittedModel:
-    """Load a model saved with :meth:`FittedModel.save` (the full fit too, when present)."""
-    folder = Path(path)
-    if not (folder / "population.nc").is_file() or not (folder / "config.json").is_file():
-        raise ModelError(f"{folder}: not a saved bayes_grpo model (population.nc and config.json expected); save one with FittedModel.save")
-    config = json.loads((folder / "config.json").read_text())
-    population = xr.load_dataset(folder / "population.nc", engine="h5netcdf")
-    idata = az.from_netcdf(str(folder / "fit.nc")) if (folder / "fit.nc").is_file() else None
-    diagnostics = FitDiagnostics(**config["diagnostics"]) if "diagnostics" in config else None
-    return FittedModel(population=population, form=config.pop("form"), config=config, idata=idata, diagnostics=diagnostics)
+    """Load a model file written by :meth:`FittedModel.save` (the full fit too, when stored).
+
+    Parameters
+    ----------
+    path : path-like
+        A ``.nc`` model file.
+
+    Returns
+    -------
+    FittedModel
+
+    Raises
+    ------
+    ModelError
+        When the path is missing or a folder, is not a bayes_grpo model file (e.g. another
+        NetCDF file), or has an incompatible format version.
+
+    Example
+    -------
+    >>> model = bg.load_model("my_model.nc")  # doctest: +SKIP
+    """
+    file = Path(path)
+    hint = "; write one with FittedModel.save or 'bayes-grpo fit --out FILE'"
+    if not file.exists():
+        raise ModelError(f"{file}: no such model file{hint}")
+    if file.is_dir():
+        raise ModelError(f"{file}: not a saved bayes_grpo model (a folder, expected one .nc model file){hint}")
+    try:
+        with h5netcdf.File(file, "r") as handle:
+            attrs = dict(handle.attrs)
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{file}: not a saved bayes_grpo model (not a NetCDF-4 file: {type(exc).__name__}){hint}") from None
+    if FORMAT_ATTR not in attrs:
+        raise ModelError(f"{file}: not a saved bayes_grpo model (a NetCDF file without the {FORMAT_ATTR} attribute){hint}")
+    version = int(attrs[FORMAT_ATTR])
+    if version != FORMAT_VERSION:
+        raise ModelError(
+            f"{file}: model file format {version} (written by bayes_grpo {attrs.get('package_version', '?')}) is not "
+            f"the format {FORMAT_VERSION} this bayes_grpo {__version__} reads; refit or convert it"
+        )
+    idata = az.from_netcdf(str(file), engine="h5netcdf")
+    posterior = idata.posterior
+    population = posterior[[v for v in POPULATION_VARS if v in posterior]].load()
+    full = any(v in posterior for v in _PER_RUN_VARS)
+    diagnostics = json.loads(attrs["diagnostics"])
+    return FittedModel(
+        population=population,
+        model_config=ModelConfig.from_dict(json.loads(attrs["model_config"])),
+        sampler_config=SamplerConfig.from_dict(json.loads(attrs["sampler_config"])),
+        size_centres=list(json.loads(attrs["size_centres"])),
+        fitted_on=json.loads(attrs["fitted_on"]),
+        idata=idata if full else None,
+        diagnostics=FitDiagnostics(**diagnostics) if diagnostics else None,
+    )
 
 
 _DEFAULT: FittedModel | None = None
 
 
 def default_model() -> FittedModel:
-    """The population posterior shipped with the package (no fitting, no network)."""
+    """The population posterior shipped with the package (no fitting, no network).
+
+    Returns
+    -------
+    FittedModel
+        Loaded once from ``bayes_grpo/assets/default_model.nc`` and cached; see the card
+        ``bayes_grpo/assets/default_model.md`` for what it was fitted on.
+
+    Raises
+    ------
+    ModelError
+        When the shipped file is missing or unreadable (a broken install).
+
+    Example
+    -------
+    >>> bg.default_model().form
+    'loglogistic'
+    """
     global _DEFAULT
     if _DEFAULT is None:
-        _DEFAULT = load_model(DEFAULT_MODEL_DIR)
+        _DEFAULT = load_model(DEFAULT_MODEL_PATH)
     return _DEFAULT
 
 
 def fit(
     runs: RunSet | Iterable[RunLog],
     *,
-    form: str = DEFAULT_FORM,
+    model_config: ModelConfig | Mapping[str, Any] | None = None,
+    sampler_config: SamplerConfig | Mapping[str, Any] | None = None,
+    form: str | None = None,
     draws: int | None = None,
     tune: int | None = None,
     chains: int | None = None,
     sampler: str | None = None,
-    seed: int = 0,
-    max_bins: int = 60,
-    progressbar: bool = True,
+    seed: int | None = None,
+    max_bins: int | None = None,
+    progressbar: bool | None = None,
     keep_full: bool = True,
 ) -> FittedModel:
-    """Fit the hierarchical model to runs with NUTS and return a :class:`FittedModel`.
+    """Fit the hierarchical model to runs with NUTS.
 
-    ``sampler`` is "nutpie", "numpyro" or "pymc" (default: the first installed, in
-    that order). Defaults are 1000 draws, 1000 tuning steps and 2 chains, or 200
-    each in quick mode (``BAYES_GRPO_QUICK=1``). Sampler diagnostics (r_hat, ESS,
-    divergences) are computed and a warning is raised when they are poor.
+    Parameters
+    ----------
+    runs : RunSet or iterable of RunLog
+        Training runs (finished or not; a run without planned total steps is normalised by
+        its last logged step).
+    model_config : ModelConfig or dict, optional
+        Model settings, or a dict of overrides of the defaults (see :class:`ModelConfig`).
+    sampler_config : SamplerConfig or dict, optional
+        Sampler settings, or a dict of overrides (defaults: 1000 draws and tuning steps,
+        2 chains; 200 in quick mode, ``BAYES_GRPO_QUICK=1``).
+    form, max_bins : optional
+        Shortcuts overriding ``model_config.form`` / ``model_config.max_bins``.
+    draws, tune, chains, sampler, seed, progressbar : optional
+        Shortcuts overriding the same fields of ``sampler_config``. ``sampler`` is "nutpie",
+        "numpyro" or "pymc" (default: the first installed, in that order).
+    keep_full : bool
+        Keep the full InferenceData (per-run parameters, log-likelihood for LOO) on the result.
+
+    Returns
+    -------
+    FittedModel
+        Sampler diagnostics in ``.diagnostics``; a ``RuntimeWarning`` is raised when they are poor.
+
+    Raises
+    ------
+    ModelError
+        For no runs, an unknown setting, or a run that cannot be normalised.
+
+    Example
+    -------
+    >>> model = bg.fit(bg.load_runs(), sampler_config={"draws": 500}, model_config={"form": "weibull"})  # doctest: +SKIP
     """
-    import time
-
     import pymc as pm
 
-    quick = quick_mode()
-    draws = draws or (200 if quick else 1000)
-    tune = tune or (200 if quick else 1000)
-    chains = chains or 2
-    prepared = _prepare_all(runs)
+    shortcuts_model = {k: v for k, v in {"form": form, "max_bins": max_bins}.items() if v is not None}
+    shortcuts_sampler = {
+        k: v
+        for k, v in {"draws": draws, "tune": tune, "chains": chains, "sampler": sampler, "seed": seed, "progressbar": progressbar}.items()
+        if v is not None
+    }
+    mconfig = merge(merge(ModelConfig(), model_config), shortcuts_model or None)
+    sconfig = merge(merge(SamplerConfig(), sampler_config), shortcuts_sampler or None)
+    sconfig = merge(sconfig, {"sampler": _pick_sampler(sconfig.sampler)})
+    runs = list(runs)
+    prepared = [prepare_run(run, require_total=False) for run in runs]
+    if not prepared:
+        raise ModelError("fit needs at least one run")
     centres = size_centres(prepared)
-    model = build_model(prepared, form=form, max_bins=max_bins, centres=centres)
-    sampler_name = _pick_sampler(sampler)
+    model = build_model(prepared, mconfig, centres)
     started = time.perf_counter()
     with model:
-        options: dict[str, Any] = dict(draws=draws, tune=tune, chains=chains, random_seed=seed, progressbar=progressbar)
-        if sampler_name == "pymc":
-            options.update(cores=min(chains, os.cpu_count() or 1), target_accept=0.9)
-        elif sampler_name == "nutpie":
+        options: dict[str, Any] = dict(
+            draws=sconfig.draws, tune=sconfig.tune, chains=sconfig.chains, random_seed=sconfig.seed, progressbar=sconfig.progressbar
+        )
+        if sconfig.sampler == "pymc":
+            options.update(cores=min(sconfig.chains, os.cpu_count() or 1), target_accept=sconfig.target_accept)
+        elif sconfig.sampler == "nutpie":
             options.update(nuts_sampler="nutpie", nuts_sampler_kwargs={"backend": "numba"})
         else:
-            options.update(nuts_sampler=sampler_name, target_accept=0.9)
+            options.update(nuts_sampler=sconfig.sampler, target_accept=sconfig.target_accept)
         idata = pm.sample(**options)
         seconds = time.perf_counter() - started
         if keep_full and "log_likelihood" not in idata:
             # nutpie and numpyro ignore idata_kwargs: add the pointwise log-likelihood LOO needs.
             pm.compute_log_likelihood(idata, progressbar=False)
-    diagnostics = _diagnose(idata, sampler_name, seconds)
+    diagnostics = _diagnose(idata, sconfig.sampler, seconds)
     if not diagnostics.ok:
         warnings.warn(
             f"the fit may not have converged ({diagnostics}); run more draws/tune or check the runs",
@@ -339,30 +496,38 @@ def fit(
             stacklevel=2,
         )
     population = idata.posterior[[v for v in POPULATION_VARS if v in idata.posterior]]
-    config = {
-        "form": form,
-        "max_bins": max_bins,
-        "size_centres": centres,
-        "student_nu": STUDENT_NU,
-        "drift": CALIBRATED_DRIFT,
-        "runs": [p.run_id for p in prepared],
-        "n_runs": len(prepared),
-        "draws": draws,
-        "tune": tune,
-        "chains": chains,
-        "seed": seed,
-    }
     return FittedModel(
         population=population.load(),
-        form=config.pop("form"),
-        config=config,
+        model_config=mconfig,
+        sampler_config=sconfig,
+        size_centres=centres,
+        fitted_on=_provenance(runs, prepared),
         idata=idata if keep_full else None,
         diagnostics=diagnostics,
     )
 
 
+def _provenance(runs: list[RunLog], prepared: list[PreparedRun]) -> dict[str, Any]:
+    """Provenance of a fit: run ids, their count, and runs per source (the folder or writer of each log)."""
+    sources: dict[str, int] = {}
+    for run in runs:
+        source = run.meta.source or "unknown"
+        key = str(Path(source).parent) if os.sep in source else source
+        sources[key] = sources.get(key, 0) + 1
+    return {"runs": [p.run_id for p in prepared], "n_runs": len(prepared), "sources": sources}
+
+
+def _pick_sampler(requested: str | None) -> str:
+    if requested:
+        return requested
+    for name in ("nutpie", "numpyro"):
+        if importlib.util.find_spec(name) is not None:
+            return name
+    return "pymc"
+
+
 def _diagnose(idata: az.InferenceData, sampler: str, seconds: float) -> FitDiagnostics:
-    names = [v for v in POPULATION_VARS if v in idata.posterior] + ["gain", "tau", "r0", "sigma"]
+    names = [v for v in POPULATION_VARS if v in idata.posterior] + list(_PER_RUN_VARS)
     summary = az.summary(idata, var_names=names, kind="diagnostics")
     divergences = int(idata.sample_stats["diverging"].sum()) if "diverging" in idata.sample_stats else 0
     return FitDiagnostics(
@@ -375,7 +540,22 @@ def _diagnose(idata: az.InferenceData, sampler: str, seconds: float) -> FitDiagn
 
 
 def compare_forms(runs: RunSet | Iterable[RunLog], forms: Iterable[str] = CURVE_FORMS, **fit_options: Any) -> tuple[Any, dict[str, FittedModel]]:
-    """Fit each curve form and rank them by PSIS-LOO (``az.compare``); returns (table, fits)."""
+    """Fit each curve form and rank them by PSIS-LOO.
+
+    Parameters
+    ----------
+    runs : RunSet or iterable of RunLog
+        Training runs.
+    forms : iterable of str
+        Curve forms to fit (default: every registered form).
+    **fit_options
+        Passed to :func:`fit`.
+
+    Returns
+    -------
+    (pandas.DataFrame, dict)
+        The ``az.compare`` table and the fits by form.
+    """
     runs = list(runs)
     fits = {form: fit(runs, form=form, **fit_options) for form in forms}
     table = az.compare({form: f.idata for form, f in fits.items()}, ic="loo")

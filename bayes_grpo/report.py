@@ -21,10 +21,10 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from bayes_grpo.curves import CURVE_FORMS, reward_curve
+from bayes_grpo.curves import CURVE_FORMS
 from bayes_grpo.errors import ModelError
 from bayes_grpo.logs import RunLog
-from bayes_grpo.model import step_noise
+from bayes_grpo.population import simulate
 from bayes_grpo.prepare import prepare_run
 
 if TYPE_CHECKING:
@@ -184,11 +184,36 @@ def stop_figure(model: FittedModel, runs: Sequence[RunLog], threshold: float = 0
 
 
 def ppc_figure(model: FittedModel, runs: Sequence[RunLog], n_draws: int = 400, seed: int = 0) -> Figure:
-    """Observed rewards against the posterior predictive (curve band and 90% predictive band) of fitted runs."""
+    """Observed rewards against the posterior predictive (curve band and 90% predictive band) of fitted runs.
+
+    The predictive is :func:`bayes_grpo.population.simulate`, the model's own
+    observation model, at each run's posterior draws.
+
+    Parameters
+    ----------
+    model : FittedModel
+        A fit that kept its full InferenceData (``model.idata``).
+    runs : sequence of RunLog
+        Runs that were in the fit.
+    n_draws : int
+        Posterior draws per run.
+    seed : int
+        Seed of the draw selection and of the simulated noise.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Raises
+    ------
+    ModelError
+        When the model has no full fit.
+    """
     import matplotlib.pyplot as plt
 
+    if model.idata is None:
+        raise ModelError("posterior predictive checks need the full fit: fit with keep_full=True and save with full=True")
     post = az.extract(model.idata, group="posterior", num_samples=n_draws, rng=seed)
-    nu = float(model.config.get("student_nu", 4.0))
     rng = np.random.default_rng(seed)
     cols = min(2, len(runs))
     rows = -(-len(runs) // cols)
@@ -196,10 +221,8 @@ def ppc_figure(model: FittedModel, runs: Sequence[RunLog], n_draws: int = 400, s
     for ax, run in zip(axes.flat, runs):
         prepared = prepare_run(run, require_total=False)
         p = post.sel(run=run.run_id)
-        beta = p["beta"].values if "beta" in p else np.ones(p["gain"].size)
-        t = prepared.t
-        mu = reward_curve(model.form, t[None], p["r0"].values[:, None], p["gain"].values[:, None], p["tau"].values[:, None], beta[:, None])
-        predictive = mu + step_noise(p["sigma"].values)[:, None] * rng.standard_t(nu, size=mu.shape)
+        params = {name: p[name].values for name in ("r0", "gain", "tau", "beta", "sigma") if name in p}
+        mu, predictive = simulate(model.model_config, prepared.t, params, rng)
         for values, alpha, label in ((predictive, 0.2, "90% predictive"), (mu, 0.45, "90% curve")):
             lo, hi = np.quantile(prepared.to_reward(values), [0.05, 0.95], axis=0)
             ax.fill_between(run.steps, lo, hi, color="C0", alpha=alpha, lw=0, label=label)

@@ -58,5 +58,29 @@ _REPO_BUNDLED = Path(__file__).resolve().parents[1] / "data" / "runs"
 
 
 def bundled_runs_dir() -> Path:
-    """Folder of the GRPO runs this project generated and bundles (``data/runs`` in a checkout)."""
+    """Folder of the GRPO runs this project generated and bundles.
+
+    In a source checkout (editable install included) this is the repository's
+    ``data/runs``; in an installed wheel, ``runs/`` inside the
+    ``bayes_grpo_data`` package (``setup.py`` maps the repository's ``data/``
+    folder to that name, so the wheel carries the runs).
+
+    Returns
+    -------
+    Path
+        The folder; it may not exist when neither is present (``load_runs``
+        then says so).
+
+    Example
+    -------
+    >>> bundled_runs_dir().name
+    'runs'
+    """
+    if _REPO_BUNDLED.is_dir():
+        return _REPO_BUNDLED
+    import importlib.util
+
+    spec = importlib.util.find_spec("bayes_grpo_data")
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations))) / "runs"
     return _REPO_BUNDLED

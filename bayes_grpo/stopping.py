@@ -34,39 +34,87 @@ below ``tolerance * scale``. ``stop_decision`` stops when it reaches
 ``cost_per_step`` given), when the expected value of the remaining gain
 (``value_per_reward * E[gain]``) is below the cost of the remaining steps
 (``cost_per_step * (total_steps - step)``).
+
+**The checkpoint to keep.** Every decision names ``best_step``, the logged step
+with the highest smoothed reward so far (:func:`bayes_grpo.measures.best_step`,
+the same Gaussian-kernel smoother the backtest's regret uses), and says whether
+the run is ``declining``: its smoothed reward now sits below that best by more
+than the tolerance plus twice the standard error of the difference of the two
+smoothed values (per-step noise from :func:`bayes_grpo.prepare.noise_scale`,
+effective kernel sizes from the smoother's weights), so one dip is not a decline.
+
+This module works on a :class:`~bayes_grpo.forecast.Forecast`; :func:`stop_probability`
+and :func:`stop_decision` take anything with a ``forecast`` method (a
+:class:`Forecaster`, e.g. a fitted model) and never import the fitting code.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
 from bayes_grpo.errors import ModelError
+from bayes_grpo.forecast import Forecast
+from bayes_grpo.logs import RunLog
+from bayes_grpo.measures import best_step as smoothed_best_step
+from bayes_grpo.measures import smoothed
 from bayes_grpo.prepare import noise_scale
-
-if TYPE_CHECKING:
-    from bayes_grpo.forecast import Forecast
-    from bayes_grpo.logs import RunLog
-    from bayes_grpo.model import FittedModel
+from bayes_grpo.settings import SMOOTHING_BANDWIDTH, STOP_THRESHOLD, STOP_TOLERANCE
 
 RelativeTo = Literal["range", "gain"]
 TREND_MIN_POINTS = 8
 INTERVAL = (0.05, 0.95)
 
 
+class Forecaster(Protocol):
+    """Anything that forecasts a run, e.g. :class:`bayes_grpo.model.FittedModel`."""
+
+    def forecast(self, run: RunLog | None = None, total_steps: int | None = None, **kwargs: Any) -> Forecast: ...
+
+
 @dataclass(frozen=True)
 class StopDecision:
     """A stop/continue decision at ``step`` with the evidence behind it.
 
-    ``expected_gain``/``gain_interval`` are the posterior mean and 90% interval of
-    the remaining gain (reward units); ``plateau_step``/``plateau_interval`` the
-    posterior median and 90% interval of the step where the curve reaches 95% of
-    its total gain; ``compute_saved`` the fraction of ``total_steps`` not run if
-    stopped now. In the decision-theoretic mode ``value_of_gain`` and
-    ``cost_of_rest`` are the two sides compared and ``best_step`` the step that
-    maximises ``value_per_reward * E[reward(s)] - cost_per_step * s``.
+    Attributes
+    ----------
+    probability : float
+        Posterior probability that the remaining gain is below ``tolerance * scale``.
+    expected_gain : float
+        Posterior mean of the remaining gain (reward units).
+    gain_interval : (float, float)
+        Its 90% interval.
+    plateau_step : float
+        Posterior median of the step where the curve reaches 95% of its total gain.
+    plateau_interval : (float, float)
+        Its 90% interval.
+    should_stop : bool
+        The decision.
+    compute_saved : float
+        Fraction of ``total_steps`` not run if stopped now.
+    step, total_steps : int
+        Last logged step and planned length.
+    threshold, tolerance, scale : float
+        The rule's settings and the reward scale ``tolerance`` multiplies.
+    relative_to : str
+        What the scale is (``"range"`` or ``"gain"``).
+    best_step : int
+        The logged step with the highest smoothed reward so far: the checkpoint to keep
+        (0 for a run with no logged steps).
+    declining : bool
+        The run has peaked: its smoothed reward now is clearly below that at ``best_step``.
+    value_of_gain, cost_of_rest : float or None
+        Decision-theoretic mode: the two sides compared.
+    optimal_stop_step : int or None
+        Decision-theoretic mode: the step (now or later) maximising
+        ``value_per_reward * E[reward(s)] - cost_per_step * s``.
+
+    Example
+    -------
+    >>> decision = decision_from_forecast(fc)  # doctest: +SKIP
+    >>> decision.should_stop, decision.best_step, decision.explain()  # doctest: +SKIP
     """
 
     probability: float
@@ -82,23 +130,35 @@ class StopDecision:
     tolerance: float
     scale: float
     relative_to: str
+    best_step: int
+    declining: bool
     value_of_gain: float | None = None
     cost_of_rest: float | None = None
-    best_step: int | None = None
+    optimal_stop_step: int | None = None
 
     def explain(self) -> str:
-        """One plain sentence saying what the decision is and why."""
+        """One plain sentence saying what the decision is and why, and which checkpoint to keep.
+
+        Returns
+        -------
+        str
+            No line breaks.
+        """
         verdict = "Stop now" if self.should_stop else "Keep training"
         lo, hi = self.gain_interval
         gain = f"expected further gain {self.expected_gain:.3g} (90% interval {lo:.3g} to {hi:.3g})"
+        if self.declining:
+            keep = f"; the reward peaked at step {self.best_step} and has declined since: keep that checkpoint"
+        else:
+            keep = f"; best step so far {self.best_step}"
         if self.value_of_gain is not None:
             why = f"its value {self.value_of_gain:.3g} is {'below' if self.should_stop else 'above'} the cost {self.cost_of_rest:.3g} of the remaining steps"
-            return f"{verdict} at step {self.step} of {self.total_steps}: {gain}; {why} (best step {self.best_step})."
+            return f"{verdict} at step {self.step} of {self.total_steps}: {gain}; {why} (optimal stop at step {self.optimal_stop_step}){keep}."
         return (
             f"{verdict} at step {self.step} of {self.total_steps}: {self.probability:.0%} probability that less than "
             f"{self.tolerance:g} x {self.scale:.3g} reward remains to gain ({gain}, plateau near step "
             f"{self.plateau_step:.0f}), {'above' if self.should_stop else 'below'} the {self.threshold:.0%} threshold"
-            f"{f'; stopping saves {self.compute_saved:.0%} of the steps' if self.should_stop else ''}."
+            f"{f'; stopping saves {self.compute_saved:.0%} of the steps' if self.should_stop else ''}{keep}."
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -147,7 +207,25 @@ def trend_gain(fc: Forecast) -> float:
 
 
 def reward_scale(fc: Forecast, relative_to: RelativeTo = "range") -> float:
-    """The reward scale that ``tolerance`` multiplies (see the module docstring)."""
+    """The reward scale that ``tolerance`` multiplies (see the module docstring).
+
+    Parameters
+    ----------
+    fc : Forecast
+        The forecast judged.
+    relative_to : {"range", "gain"}
+        The declared range (else the 5-95% spread of the logged rewards), or the gain so far.
+
+    Returns
+    -------
+    float
+        Positive, in reward units.
+
+    Raises
+    ------
+    ModelError
+        For an unknown ``relative_to``.
+    """
     observed = np.asarray(fc.observed_rewards, dtype=float)
     if relative_to == "gain":
         initial = fc.prepared.to_reward(fc.params["r0"])
@@ -161,42 +239,141 @@ def reward_scale(fc: Forecast, relative_to: RelativeTo = "range") -> float:
     return max(float(hi - lo), float(fc.prepared.unit))
 
 
-def probability_from_forecast(fc: Forecast, tolerance: float = 0.01, relative_to: RelativeTo = "range") -> float:
-    """Posterior probability that the remaining gain is below ``tolerance * scale``."""
+def probability_from_forecast(fc: Forecast, tolerance: float = STOP_TOLERANCE, relative_to: RelativeTo = "range") -> float:
+    """Posterior probability that the remaining gain is below ``tolerance * scale``.
+
+    Parameters
+    ----------
+    fc : Forecast
+        The forecast judged.
+    tolerance : float
+        Fraction of the reward scale (default :data:`bayes_grpo.settings.STOP_TOLERANCE`).
+    relative_to : {"range", "gain"}
+        See :func:`reward_scale`.
+
+    Returns
+    -------
+    float
+        In [0, 1].
+
+    Raises
+    ------
+    ModelError
+        For a negative tolerance or an unknown ``relative_to``.
+    """
     if tolerance < 0:
         raise ModelError(f"tolerance must be >= 0, got {tolerance}")
     return float(np.mean(remaining_gain(fc) < tolerance * reward_scale(fc, relative_to)))
 
 
+def peak(fc: Forecast, tolerance: float = STOP_TOLERANCE, scale: float | None = None) -> tuple[int, bool]:
+    """The checkpoint to keep: ``(best_step, declining)`` from the logged rewards.
+
+    ``best_step`` is the logged step with the highest smoothed reward so far
+    (:func:`bayes_grpo.measures.best_step`); ``declining`` is True when the smoothed
+    reward at the last logged step is below that at ``best_step`` by more than
+    ``tolerance * scale`` plus twice the standard error of the difference, the
+    per-step noise divided by the kernel's effective number of points at each end.
+
+    Parameters
+    ----------
+    fc : Forecast
+        Its observed steps and rewards are used.
+    tolerance : float
+        Fraction of ``scale`` a drop must exceed (besides the noise).
+    scale : float, optional
+        Reward scale (default :func:`reward_scale` of ``fc``).
+
+    Returns
+    -------
+    (int, bool)
+        ``(0, False)`` for a run with no logged steps.
+    """
+    steps = np.asarray(fc.observed_steps, dtype=float)
+    rewards = np.asarray(fc.observed_rewards, dtype=float)
+    best = smoothed_best_step(steps, rewards)
+    if best is None:
+        return 0, False
+    if best >= steps[-1] or steps.size < 3:
+        return best, False
+    scale = reward_scale(fc) if scale is None else scale
+    curve = smoothed(steps, rewards)
+    i_best = int(np.searchsorted(steps, best))
+    h = max(SMOOTHING_BANDWIDTH * max(float(steps[-1] - steps[0]), 1.0), 1e-9)
+    weights = np.exp(-0.5 * ((steps[[i_best, -1], None] - steps[None, :]) / h) ** 2)
+    n_eff = weights.sum(axis=1) ** 2 / np.sum(weights**2, axis=1)
+    se = noise_scale(rewards) * float(np.sqrt(np.sum(1.0 / n_eff)))
+    drop = float(curve[i_best] - curve[-1])
+    return best, drop > tolerance * scale + 2.0 * se
+
+
 def decision_from_forecast(
     fc: Forecast,
     *,
-    threshold: float = 0.9,
-    tolerance: float = 0.01,
+    threshold: float = STOP_THRESHOLD,
+    tolerance: float = STOP_TOLERANCE,
     relative_to: RelativeTo = "range",
     value_per_reward: float | None = None,
     cost_per_step: float | None = None,
 ) -> StopDecision:
-    """The :class:`StopDecision` for an already computed forecast (see :func:`stop_decision`)."""
+    """The stop/continue decision for an already computed forecast.
+
+    Threshold mode: stop when the probability that less than ``tolerance * scale``
+    reward remains to gain reaches ``threshold``. Decision-theoretic mode (give
+    ``value_per_reward``, the worth of one unit of reward, and ``cost_per_step``,
+    e.g. GPU-hours per step x price, in the same currency): stop when
+    ``value_per_reward * E[remaining gain] < cost_per_step * remaining steps``.
+    A run at or past its planned end always stops.
+
+    Parameters
+    ----------
+    fc : Forecast
+        The forecast of the run from its last logged step.
+    threshold : float
+        In [0, 1] (default :data:`bayes_grpo.settings.STOP_THRESHOLD`, 0.9).
+    tolerance : float
+        Fraction of the reward scale (default :data:`bayes_grpo.settings.STOP_TOLERANCE`, 0.01).
+    relative_to : {"range", "gain"}
+        See :func:`reward_scale`.
+    value_per_reward, cost_per_step : float, optional
+        Both or neither: the decision-theoretic mode.
+
+    Returns
+    -------
+    StopDecision
+        Always with ``best_step`` and ``declining`` (see :func:`peak`).
+
+    Raises
+    ------
+    ModelError
+        For a threshold outside [0, 1], a negative tolerance, or only one of the two costs.
+
+    Example
+    -------
+    >>> decision_from_forecast(model.forecast(run.head(300), total_steps=500)).explain()  # doctest: +SKIP
+    """
     if not 0.0 <= threshold <= 1.0:
         raise ModelError(f"threshold must be in [0, 1], got {threshold}")
+    if tolerance < 0:
+        raise ModelError(f"tolerance must be >= 0, got {tolerance}")
     if (value_per_reward is None) != (cost_per_step is None):
         raise ModelError("the decision-theoretic mode needs both value_per_reward= and cost_per_step=")
     step, total = int(fc.last_observed_step or 0), int(fc.total_steps)
     gain = remaining_gain(fc)
     scale = reward_scale(fc, relative_to)
     probability = float(np.mean(gain < tolerance * scale))
-    value = cost = best = None
+    value = cost = optimal = None
     if value_per_reward is not None:
         value = float(value_per_reward * gain.mean())
         cost = float(cost_per_step * max(total - step, 0))
         ahead = fc.steps >= step
         utility = value_per_reward * fc.curves[:, ahead].mean(axis=0) - cost_per_step * fc.steps[ahead]
-        best = int(fc.steps[ahead][np.argmax(utility)])
+        optimal = int(fc.steps[ahead][np.argmax(utility)])
         should_stop = value < cost
     else:
         should_stop = probability >= threshold
     should_stop = should_stop or step >= total
+    best, declining = peak(fc, tolerance, reward_scale(fc))
     return StopDecision(
         probability=probability,
         expected_gain=float(gain.mean()),
@@ -211,45 +388,95 @@ def decision_from_forecast(
         tolerance=float(tolerance),
         scale=scale,
         relative_to=relative_to,
+        best_step=best,
+        declining=bool(declining),
         value_of_gain=value,
         cost_of_rest=cost,
-        best_step=best,
+        optimal_stop_step=optimal,
     )
 
 
 def stop_probability(
-    model: FittedModel,
+    model: Forecaster,
     run: RunLog,
     total_steps: int | None = None,
-    tolerance: float = 0.01,
+    tolerance: float = STOP_TOLERANCE,
     relative_to: RelativeTo = "range",
     **forecast_kw: Any,
 ) -> float:
     """Posterior probability that less than ``tolerance * scale`` reward remains to gain by ``total_steps``.
 
-    ``forecast_kw`` go to :meth:`FittedModel.forecast` (``n_draws``, ``seed``, metadata overrides).
+    Parameters
+    ----------
+    model : Forecaster
+        E.g. :func:`bayes_grpo.default_model`.
+    run : RunLog
+        The steps logged so far.
+    total_steps : int, optional
+        Planned length (default: the run's metadata).
+    tolerance : float
+        Fraction of the reward scale (0.01).
+    relative_to : {"range", "gain"}
+        See :func:`reward_scale`.
+    **forecast_kw
+        Passed to ``model.forecast`` (``n_draws``, ``seed``, metadata overrides).
+
+    Returns
+    -------
+    float
+        In [0, 1].
+
+    Raises
+    ------
+    ModelError
+        For a negative tolerance, an unknown ``relative_to`` or an unknown ``total_steps``.
+
+    Example
+    -------
+    >>> stop_probability(bg.default_model(), run.head(300), total_steps=500)  # doctest: +SKIP
     """
     fc = model.forecast(run, total_steps=total_steps, **forecast_kw)
     return probability_from_forecast(fc, tolerance, relative_to)
 
 
 def stop_decision(
-    model: FittedModel,
+    model: Forecaster,
     run: RunLog,
     total_steps: int | None = None,
-    threshold: float = 0.9,
-    tolerance: float = 0.01,
+    threshold: float = STOP_THRESHOLD,
+    tolerance: float = STOP_TOLERANCE,
     relative_to: RelativeTo = "range",
     value_per_reward: float | None = None,
     cost_per_step: float | None = None,
     **forecast_kw: Any,
 ) -> StopDecision:
-    """Decide whether to stop the run now.
+    """Forecast ``run`` and decide whether to stop it now (see :func:`decision_from_forecast`).
 
-    Threshold mode: stop when :func:`stop_probability` >= ``threshold``.
-    Decision-theoretic mode (give ``value_per_reward``, the worth of one unit of
-    reward, and ``cost_per_step``, e.g. GPU-hours x price, in the same currency):
-    stop when ``value_per_reward * E[remaining gain] < cost_per_step * remaining steps``.
+    Parameters
+    ----------
+    model : Forecaster
+        E.g. :func:`bayes_grpo.default_model`.
+    run : RunLog
+        The steps logged so far.
+    total_steps : int, optional
+        Planned length (default: the run's metadata).
+    threshold, tolerance, relative_to, value_per_reward, cost_per_step
+        See :func:`decision_from_forecast`.
+    **forecast_kw
+        Passed to ``model.forecast``.
+
+    Returns
+    -------
+    StopDecision
+
+    Raises
+    ------
+    ModelError
+        As :func:`decision_from_forecast`, or for an unknown ``total_steps``.
+
+    Example
+    -------
+    >>> stop_decision(bg.default_model(), run.head(300), total_steps=500).should_stop  # doctest: +SKIP
     """
     fc = model.forecast(run, total_steps=total_steps, **forecast_kw)
     return decision_from_forecast(

@@ -1,14 +1,23 @@
-"""The bayes-grpo CLI: exit 0 on good logs, exit 2 with one stderr line (no traceback) on bad input."""
+"""The bayes-grpo CLI: exit 0 on good logs, exit 2 with one stderr line (no traceback) on bad input.
+
+Everything here is checked before a model is loaded, so these tests are fast;
+commands that forecast are in ``test_cli_model.py``.
+"""
 
 from __future__ import annotations
 
+import argparse
+import math
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from bayes_grpo.cli import COMMANDS, main
+from bayes_grpo.cli import COMMANDS, _cli_wording, _non_negative_float, _positive_float, _probability, _warnings_as_lines, main
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -23,11 +32,17 @@ def test_inspect_good_logs(capsys):
     assert "fields missing          reward_range, initial_reward" in out
 
 
+def test_inspect_accepts_a_reward_range(capsys):
+    assert main(["inspect", str(FIXTURES / "trl_tiny"), "--reward-range", "-2", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "reward_range" not in out.split("fields missing", 1)[1]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["inspect", "does-not-exist.csv"], "no such file"),
-        (["inspect", str(FIXTURES / "trl_tiny"), "--total-steps", "3"], "total_steps=3 is smaller"),
+        (["inspect", str(FIXTURES / "trl_tiny"), "--total-steps", "3"], "--total-steps 3 is smaller than the last logged step 6"),
         (["inspect", str(FIXTURES / "make_trl_fixture.py")], "unsupported file type"),
     ],
 )
@@ -36,6 +51,65 @@ def test_inspect_bad_input_one_line_exit_2(capsys, args, message):
     out, err = capsys.readouterr()
     assert err.startswith("bayes-grpo: error: ") and message in err
     assert err.count("\n") == 1 and "Traceback" not in err
+    assert "total_steps" not in err  # the CLI's flag names, not Python's
+
+
+def _csv(path: Path, rows: list[tuple[int, float]], total_steps: int | None = 100) -> Path:
+    lines = ["step,reward" + (",total_steps" if total_steps else "")]
+    lines += [f"{s},{r}" + (f",{total_steps}" if total_steps else "") for s, r in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["forecast", "{log}", "--at", "99"], "--at 99 is beyond the last logged step 6"),
+        (["stop", "{log}", "--at", "500"], "--at 500 is beyond the last logged step 6"),
+        (["forecast", "{log}", "--params-b", "-1"], "argument --params-b: must be positive, got -1"),
+        (["forecast", "{log}", "--params-b", "0"], "argument --params-b: must be positive, got 0"),
+        (["stop", "{log}", "--tolerance", "-0.1"], "argument --tolerance: must be 0 or more, got -0.1"),
+        (["stop", "{log}", "--threshold", "1.5"], "argument --threshold: must be between 0 and 1 (exclusive), got 1.5"),
+        (["stop", "{log}", "--threshold", "0"], "argument --threshold: must be between 0 and 1 (exclusive), got 0"),
+        (["stop", "{log}", "--threshold", "high"], "argument --threshold: expected a number, got 'high'"),
+        (["stop", "{log}", "--threshold", "nan"], "argument --threshold: expected a finite number"),
+        (["stop", "{log}", "--value-per-reward", "10"], "needs both --value-per-reward and --cost-per-step"),
+        (["forecast", "{log}", "--total-steps", "0"], "argument --total-steps: must be at least 1, got 0"),
+        (["forecast", "{log}", "--reward-range", "1", "0"], "--reward-range 1 0: LO must be below HI"),
+        (["forecast", "{log}", "--reward-range", "0", "1"], "6 logged reward(s) lie outside the reward range 0 to 1"),
+        (["forecast", "{log}", "--plot", "chart.txt"], "--plot chart.txt: give a file name ending in .png, .pdf or .svg"),
+        (["demo", "--fraction", "1.2"], "argument --fraction: must be between 0 and 1 (exclusive), got 1.2"),
+        (["demo", "--draws", "-5"], "argument --draws: must be at least 1, got -5"),
+    ],
+)
+def test_out_of_range_options_one_line_exit_2(capsys, args, message):
+    code = _exit_code([a.replace("{log}", str(FIXTURES / "trl_tiny")) for a in args])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and "error: " in err
+    assert message in err
+
+
+def _exit_code(argv: list[str]) -> int:
+    """main()'s return code, or the SystemExit code of an argparse usage error."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return int(exc.code)
+
+
+def test_a_log_without_total_steps_asks_for_the_flag(tmp_path, capsys):
+    log = _csv(tmp_path / "run.csv", [(s, 0.1 * s) for s in range(1, 11)], total_steps=None)
+    assert main(["forecast", str(log)]) == 2
+    err = capsys.readouterr().err
+    assert "pass --total-steps N" in err and "total_steps=" not in err
+
+
+def test_a_one_row_log_without_a_range_is_an_error_not_a_forecast(tmp_path, capsys):
+    log = _csv(tmp_path / "one.csv", [(1, 0.4)])
+    assert main(["forecast", str(log)]) == 2
+    err = capsys.readouterr().err
+    assert "only 1 logged step(s)" in err and "--reward-range LO HI for a prior-only forecast" in err
 
 
 def test_console_script_subprocess(tmp_path):
@@ -52,6 +126,17 @@ def test_console_script_subprocess(tmp_path):
     ]
 
 
+def test_out_of_range_at_in_a_subprocess_has_no_traceback():
+    result = subprocess.run(
+        [sys.executable, "-m", "bayes_grpo", "forecast", str(FIXTURES / "trl_tiny"), "--at", "1000"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"bayes-grpo: error: --at 1000 is beyond the last logged step 6 of {FIXTURES / 'trl_tiny'}; give a step from 1 to 6"
+    ]
+
+
 def test_warnings_are_single_lines(tmp_path, capsys):
     path = tmp_path / "dup.csv"
     path.write_text("step,reward\n1,0.1\n1,0.2\n2,nan\n3,0.3\n")
@@ -60,8 +145,61 @@ def test_warnings_are_single_lines(tmp_path, capsys):
     assert len(err) == 2 and all(line.startswith("bayes-grpo: warning: ") for line in err)
 
 
-def test_usage_errors_exit_2():
+def test_runtime_warnings_become_one_formatted_line(capsys):
+    import numpy as np
+
+    with _warnings_as_lines():
+        np.log(np.array([-1.0]))  # numpy's "invalid value encountered in log"
+        warnings.warn("first line\nsecond line", RuntimeWarning)
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["bayes-grpo: warning: invalid value encountered in log", "bayes-grpo: warning: first line second line"]
+
+
+def test_library_messages_use_the_flag_names():
+    given_flag = argparse.Namespace(total_steps=3, params_b=None)
+    assert _cli_wording("x: total_steps=3 is smaller than 6; or leave total_steps unset", given_flag) == (
+        "x: --total-steps 3 is smaller than 6; or leave --total-steps unset"
+    )
+    not_given = argparse.Namespace(total_steps=None)
+    # Advice always names the flag; a value read from the log keeps its field name.
+    assert _cli_wording("run: pass total_steps= (the planned steps)", not_given) == "run: pass --total-steps (the planned steps)"
+    assert _cli_wording("log.csv: total_steps=5 is smaller", not_given) == "log.csv: total_steps=5 is smaller"
+
+
+@given(st.floats(allow_nan=True, allow_infinity=True))
+def test_option_validators_accept_exactly_their_range(value):
+    checks = [(_probability, lambda v: 0 < v < 1), (_positive_float, lambda v: v > 0), (_non_negative_float, lambda v: v >= 0)]
+    for parse, ok in checks:
+        if math.isfinite(value) and ok(value):
+            assert parse(repr(value)) == value
+        else:
+            with pytest.raises(argparse.ArgumentTypeError):
+                parse(repr(value))
+
+
+@given(st.text(max_size=12))
+def test_option_validators_reject_text_that_is_not_a_number(text):
+    try:
+        value = float(text)
+    except ValueError:
+        with pytest.raises(argparse.ArgumentTypeError):
+            _probability(text)
+    else:
+        assert (0 < value < 1) == _accepts(text)
+
+
+def _accepts(text: str) -> bool:
+    try:
+        _probability(text)
+    except argparse.ArgumentTypeError:
+        return False
+    return True
+
+
+def test_usage_errors_exit_2(capsys):
     with pytest.raises(SystemExit) as info:
         main(["inspect"])
     assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("bayes-grpo inspect: error: ")
     assert "inspect" in COMMANDS

@@ -8,7 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from bayes_grpo.model import DEFAULT_MODEL_DIR
+from bayes_grpo.model import DEFAULT_MODEL_PATH
 
 pytestmark = pytest.mark.slow
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
@@ -28,8 +28,8 @@ def test_committed_without_outputs(name):
 def test_notebook_runs_in_quick_mode(name, monkeypatch):
     from nbclient import NotebookClient
 
-    if name in NEEDS_DEFAULT_MODEL and not (DEFAULT_MODEL_DIR / "population.nc").is_file():
-        pytest.skip(f"the shipped model {DEFAULT_MODEL_DIR} is not built yet")
+    if name in NEEDS_DEFAULT_MODEL and not DEFAULT_MODEL_PATH.is_file():
+        pytest.skip(f"the shipped model {DEFAULT_MODEL_PATH} is not built yet")
     monkeypatch.setenv("BAYES_GRPO_QUICK", "1")
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
     NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()

@@ -1,8 +1,9 @@
 """Generate one GRPO training run: supervised warm-up, initial-reward eval, TRL GRPO, log.
 
-Usage: ``python -m bayes_grpo.experiments.generate --family llama --size xs --noise 0.5 --out data/runs``
+Usage: ``python -m bayes_grpo.experiments.generate --family llama --size xs --task sort --noise 0.5 --out data/runs``
 (or ``bayes-grpo generate ...``).  Writes ``<run_id>.csv`` (one row per GRPO step) and
-``<run_id>.meta.json`` into ``--out``.
+``<run_id>.meta.json`` into ``--out``. Warm-up prompts and GRPO prompts come from
+disjoint halves of the task's prompt space (``tasks.split_of``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ from .models import FAMILIES, SIZES, WARMUP_LR, build_model, build_tokenizer, co
 
 CSV_METRICS = ("reward", "reward_std", "frac_reward_zero_std", "kl", "entropy", "completions/mean_length",
                "completions/clipped_ratio", "grad_norm", "learning_rate", "loss")
+"""TRL metrics written to the CSV when logged (``kl`` only when ``beta > 0``), then ``rewards/<name>/mean``."""
+EVAL_SEED = 10_000
+"""Seed of the fixed evaluation prompts (from the GRPO split) that measure the initial reward."""
+SOURCE_REPO = "bayes_grpo/generator"
+"""``source_repo`` of every bundled run; ``/<task>`` is appended so each task is its own source."""
 
 
 def sig(x: float, digits: int = 5) -> float:
@@ -39,8 +45,13 @@ def sig(x: float, digits: int = 5) -> float:
 
 
 def run_id(args: argparse.Namespace) -> str:
-    """File stem that identifies a run by its settings."""
-    return f"{args.family}-{args.size}-{args.task}{args.digits}-noise{args.noise:g}-s{args.seed}"
+    """File stem that identifies a run by its settings (recipe options appear when not the default)."""
+    stem = f"{args.family}-{args.size}-{args.task}{args.digits}-noise{args.noise:g}"
+    recipe = [f"{k}{getattr(args, k):g}" for k in ("lr", "beta") if getattr(args, k) != _DEFAULTS[k]]
+    recipe += [f"{k}{getattr(args, k)}" for k in ("lr_schedule",) if getattr(args, k) != _DEFAULTS[k]]
+    recipe += [f"{short}{getattr(args, k)}" for k, short in (("num_generations", "g"), ("prompts_per_step", "p"),
+                                                            ("max_steps", "n")) if getattr(args, k) != _DEFAULTS[k]]
+    return "-".join([stem, *recipe, f"s{args.seed}"])
 
 
 def seed_all(seed: int) -> None:
@@ -66,11 +77,12 @@ def _encode(tok: Any, prompts: list[str], targets: list[str]) -> tuple[torch.Ten
 
 def warmup(model: Any, tok: Any, examples: list[tasks.Example], noise: float, clean_steps: int, noisy_steps: int,
            lr: float, batch: int, seed: int) -> float:
-    """Supervised warm-up: ``clean_steps`` on correct answers, then ``noisy_steps`` on answers
-    corrupted with probability ``noise`` (50-step linear LR ramp, then constant); returns the last loss.
+    """Supervised warm-up on warm-up-split prompts; returns the last loss.
 
-    The clean phase teaches the mapping, the noisy phase spreads the policy's mass over wrong
-    answers and missing terminators, which sets the initial reward of the GRPO phase.
+    ``clean_steps`` on correct answers, then ``noisy_steps`` on answers corrupted with
+    probability ``noise`` (AdamW, 50-step linear LR ramp, then constant). The clean phase
+    teaches the format and part of the mapping, the noisy phase spreads the policy's mass
+    over wrong answers and missing terminators, which sets the initial reward of GRPO.
     """
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
@@ -128,17 +140,38 @@ def command_for(args: argparse.Namespace) -> str:
 
 
 def generate_run(args: argparse.Namespace) -> Path:
-    """Run warm-up + GRPO as described by ``args``; write the CSV and meta.json; return the CSV path."""
+    """Run warm-up and TRL GRPO as described by ``args``; write the CSV and meta.json.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        Options of :func:`add_arguments` (family, size, task, warm-up and GRPO recipe, seed, out).
+
+    Returns
+    -------
+    pathlib.Path
+        The written ``<run_id>.csv``.
+
+    Raises
+    ------
+    ValueError
+        Inconsistent options (an unknown task or a non-positive step count).
+
+    Example
+    -------
+    >>> p = argparse.ArgumentParser(); add_arguments(p)
+    >>> generate_run(p.parse_args(["--max-steps", "3", "--out", "/tmp/runs"]))  # doctest: +SKIP
+    """
     import transformers
     import trl
     from datasets import Dataset
     from transformers import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    if args.max_steps <= 0 or args.prompts_per_step <= 0 or args.num_generations < 2:
+        raise ValueError("max_steps and prompts_per_step must be positive and num_generations at least 2")
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
-    if args.warmup_lr is None:
-        args.warmup_lr = WARMUP_LR[args.size]
     seed_all(args.seed)
     t0 = time.time()
     tok = build_tokenizer()
@@ -146,9 +179,12 @@ def generate_run(args: argparse.Namespace) -> Path:
     n_params, n_nonemb = count_params(model)
     max_len = tasks.max_answer_length(args.task, args.digits) + 2
 
-    pool = tasks.make_examples(args.task, args.digits, args.warmup_examples, seed=args.seed + 1)
-    train = tasks.make_examples(args.task, args.digits, args.prompts, seed=args.seed + 2)
-    evalset = tasks.make_examples(args.task, args.digits, args.eval_prompts, seed=10_000)  # fixed across runs
+    pool = tasks.make_examples(args.task, args.digits, args.warmup_examples, seed=args.seed + 1, split="warmup")
+    train = tasks.make_examples(args.task, args.digits, args.prompts, seed=args.seed + 2, split="grpo")
+    evalset = tasks.make_examples(args.task, args.digits, args.eval_prompts, seed=EVAL_SEED, split="grpo")
+    overlap = len({e.prompt for e in pool} & {e.prompt for e in train + evalset})
+    if overlap:
+        raise ValueError(f"{overlap} GRPO prompts were also warm-up prompts; the split is broken")
     warm_loss = warmup(model, tok, pool, args.noise, args.clean_steps, args.noisy_steps, args.warmup_lr,
                        args.warmup_batch, args.seed)
     init = eval_reward(model, tok, evalset, args.eval_samples, max_len, seed=args.seed)
@@ -159,12 +195,13 @@ def generate_run(args: argparse.Namespace) -> Path:
     stem = run_id(args)
     tmp = tempfile.mkdtemp(prefix="bayes_grpo_trainer_")  # trainer scratch; nothing is saved there
     config = GRPOConfig(
-        output_dir=tmp, use_cpu=True, bf16=False, fp16=False,
-        gradient_checkpointing=False, learning_rate=args.lr, lr_scheduler_type="constant", warmup_steps=0,
+        output_dir=tmp, use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False,
+        learning_rate=args.lr, lr_scheduler_type=args.lr_schedule,
+        warmup_steps=round(args.lr_warmup * args.max_steps) if args.lr_schedule != "constant" else 0,
         per_device_train_batch_size=args.prompts_per_step * args.num_generations,
         num_generations=args.num_generations, max_completion_length=max_len, temperature=1.0, top_k=0,
-        num_train_epochs=args.epochs, logging_steps=1, report_to="none", save_strategy="no", seed=args.seed,
-        data_seed=args.seed, beta=0.0, loss_type="dapo", dataloader_num_workers=0, disable_tqdm=True,
+        max_steps=args.max_steps, logging_steps=1, report_to="none", save_strategy="no", seed=args.seed,
+        data_seed=args.seed, beta=args.beta, loss_type="dapo", dataloader_num_workers=0, disable_tqdm=True,
     )
     dataset = Dataset.from_list([{"prompt": e.prompt, "answer": e.answer} for e in train])
     trainer = GRPOTrainer(model=model, reward_funcs=list(tasks.REWARD_FUNCS), args=config, train_dataset=dataset,
@@ -175,11 +212,11 @@ def generate_run(args: argparse.Namespace) -> Path:
     t_grpo = time.time() - t1
     shutil.rmtree(tmp, ignore_errors=True)
     total_steps = int(trainer.state.global_step)
-    steps_per_epoch = math.ceil(total_steps / args.epochs)
+    steps_per_epoch = math.ceil(args.prompts / args.prompts_per_step)
 
     rows = [h for h in trainer.state.log_history if "reward" in h and "step" in h]
     cols = ["step", *(c for c in CSV_METRICS if c in rows[0]),
-            *sorted(c for c in rows[0] if c.startswith("rewards/"))]
+            *sorted(c for c in rows[0] if c.startswith("rewards/") and c.endswith("/mean"))]
     df = pd.DataFrame([{c: r.get(c, np.nan) for c in cols} for r in rows])
     for c in cols[1:]:
         df[c] = df[c].astype(float).map(sig)
@@ -189,54 +226,87 @@ def generate_run(args: argparse.Namespace) -> Path:
     meta = {
         "family": args.family, "architecture": type(model.config).__name__, "size": args.size,
         "n_params": n_params, "n_params_non_embedding": n_nonemb, "params_b": sig(n_params / 1e9),
-        "task": f"{args.task}-{args.digits}digit", "reward_functions": {f.__name__: f.__doc__ for f in tasks.REWARD_FUNCS},
+        "task": f"{args.task}-{args.digits}digit",
+        "reward_functions": {f.__name__: f.__doc__ for f in tasks.REWARD_FUNCS},
         "reward_range": list(tasks.REWARD_RANGE), "initial_reward": sig(init["reward"]),
         "initial_rewards": {k: sig(v) for k, v in init.items() if k != "reward"},
         "initial_reward_eval": {"prompts": args.eval_prompts, "samples_per_prompt": args.eval_samples,
-                                "temperature": 1.0, "eval_seed": 10_000},
-        "steps_per_epoch": steps_per_epoch, "total_steps": total_steps, "epochs": args.epochs,
-        "prompts": args.prompts, "seeds": {"run": args.seed, "warmup_data": args.seed + 1,
-                                           "grpo_prompts": args.seed + 2, "eval_prompts": 10_000},
-        "warmup": {"clean_steps": args.clean_steps, "noisy_steps": args.noisy_steps, "label_noise": args.noise, "lr": args.warmup_lr,
-                   "batch": args.warmup_batch, "examples": args.warmup_examples, "final_loss": sig(warm_loss)},
-        "hyperparameters": {"learning_rate": args.lr, "lr_scheduler_type": "constant", "prompts_per_step": args.prompts_per_step,
-                            "num_generations": args.num_generations, "per_device_train_batch_size": config.per_device_train_batch_size,
-                            "max_completion_length": max_len, "temperature": 1.0, "beta": config.beta,
-                            "loss_type": config.loss_type, "epsilon": config.epsilon, "scale_rewards": config.scale_rewards,
+                                "temperature": 1.0, "eval_seed": EVAL_SEED, "split": "grpo"},
+        "steps_per_epoch": steps_per_epoch, "total_steps": total_steps, "max_steps": args.max_steps,
+        "prompts": {"split_rule": "tasks.split_of: SHA-256 of the prompt text, first byte parity",
+                    "grpo_prompts": args.prompts, "grpo_unique": len({e.prompt for e in train}),
+                    "warmup_unique": len({e.prompt for e in pool}), "shared_with_warmup": overlap},
+        "seeds": {"run": args.seed, "warmup_data": args.seed + 1, "grpo_prompts": args.seed + 2,
+                  "eval_prompts": EVAL_SEED},
+        "warmup": {"clean_steps": args.clean_steps, "noisy_steps": args.noisy_steps, "label_noise": args.noise,
+                   "lr": args.warmup_lr, "batch": args.warmup_batch, "examples": args.warmup_examples,
+                   "final_loss": sig(warm_loss)},
+        "hyperparameters": {"learning_rate": args.lr, "lr_scheduler_type": args.lr_schedule,
+                            "warmup_steps": config.warmup_steps, "beta": config.beta,
+                            "prompts_per_step": args.prompts_per_step, "num_generations": args.num_generations,
+                            "per_device_train_batch_size": config.per_device_train_batch_size,
+                            "max_completion_length": max_len, "temperature": 1.0, "loss_type": config.loss_type,
+                            "epsilon": config.epsilon, "scale_rewards": config.scale_rewards,
                             "num_iterations": config.num_iterations, "optimizer": str(config.optim)},
         "versions": {"torch": torch.__version__, "trl": trl.__version__, "transformers": transformers.__version__,
                      "python": platform.python_version()},
         "hardware": f"CPU: {_hardware()} ({args.threads} thread)",
+        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)),
         "wall_time_s": sig(time.time() - t0), "warmup_time_s": sig(t_warm), "grpo_time_s": sig(t_grpo),
         "s_per_step": sig(t_grpo / max(total_steps, 1)),
-        "source": "bayes_grpo.experiments.generate", "command": command_for(args),
+        "source": "bayes_grpo.experiments.generate", "source_repo": f"{SOURCE_REPO}/{args.task}",
+        "generator": SOURCE_REPO, "synthetic": True, "command": command_for(args),
     }
     (out / f"{stem}.meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     return out / f"{stem}.csv"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Add the generator's options to ``p``."""
+    """Add the generator's options to ``p``.
+
+    Parameters
+    ----------
+    p : argparse.ArgumentParser
+        Parser to extend.
+
+    Example
+    -------
+    >>> p = argparse.ArgumentParser(); add_arguments(p); p.parse_args([]).task
+    'reverse'
+    """
     p.add_argument("--family", choices=FAMILIES, default="llama")
     p.add_argument("--size", choices=list(SIZES), default="xs")
     p.add_argument("--task", choices=sorted(tasks.TASKS), default="reverse")
-    p.add_argument("--digits", type=int, default=3)
+    p.add_argument("--digits", type=int, default=4)
     p.add_argument("--noise", type=float, default=0.5, help="label-noise probability of the noisy warm-up phase")
-    p.add_argument("--clean-steps", type=int, default=250, help="warm-up steps on correct answers")
-    p.add_argument("--noisy-steps", type=int, default=100, help="warm-up steps on noisy answers")
-    p.add_argument("--warmup-lr", type=float, default=None, help="default: per size (models.WARMUP_LR)")
-    p.add_argument("--warmup-batch", type=int, default=64)
-    p.add_argument("--warmup-examples", type=int, default=4000)
-    p.add_argument("--lr", type=float, default=3e-4, help="GRPO learning rate")
-    p.add_argument("--prompts", type=int, default=2400, help="GRPO prompt set (one epoch)")
-    p.add_argument("--prompts-per-step", type=int, default=8)
+    p.add_argument("--clean-steps", type=int, default=150, help="warm-up steps on correct answers")
+    p.add_argument("--noisy-steps", type=int, default=50, help="warm-up steps on noisy answers")
+    p.add_argument("--warmup-lr", type=float, default=WARMUP_LR, help="warm-up learning rate (same for every size)")
+    p.add_argument("--warmup-batch", type=int, default=32)
+    p.add_argument("--warmup-examples", type=int, default=3000)
+    p.add_argument("--lr", type=float, default=3e-4, help="GRPO peak learning rate")
+    p.add_argument("--lr-schedule", choices=("constant", "cosine", "linear"), default="constant")
+    p.add_argument("--lr-warmup", type=float, default=0.1,
+                   help="LR warm-up as a fraction of --max-steps (schedules other than constant)")
+    p.add_argument("--beta", type=float, default=0.0, help="KL coefficient")
+    p.add_argument("--max-steps", type=int, default=300, help="GRPO steps")
+    p.add_argument("--prompts", type=int, default=1000, help="GRPO prompts drawn from the GRPO split (repeats allowed)")
+    p.add_argument("--prompts-per-step", type=int, default=2)
     p.add_argument("--num-generations", type=int, default=8)
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--eval-prompts", type=int, default=64)
-    p.add_argument("--eval-samples", type=int, default=8)
+    p.add_argument("--eval-prompts", type=int, default=32)
+    p.add_argument("--eval-samples", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", default="data/runs")
+
+
+def _defaults() -> dict[str, Any]:
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    return vars(p.parse_args([]))
+
+
+_DEFAULTS = _defaults()
 
 
 def add_generate_parser(subparsers: Any) -> argparse.ArgumentParser:

@@ -27,8 +27,8 @@ SIZES: dict[str, tuple[int, int, int, int]] = {
     "m": (96, 3, 4, 256),
     "l": (128, 4, 4, 384),
 }
-# warm-up learning rate per size (smaller models tolerate, and need, a larger one)
-WARMUP_LR: dict[str, float] = {"xs": 3e-3, "s": 2e-3, "m": 1.5e-3, "l": 1e-3}
+# supervised warm-up learning rate, the same for every size so that size is not confounded with it
+WARMUP_LR = 2e-3
 FAMILIES = ("llama", "qwen2", "gpt_neox")
 
 

@@ -1,0 +1,250 @@
+"""Model and sampler settings, each in one documented, overridable config object.
+
+As in pymc-marketing's ``model_config`` / ``sampler_config``: :class:`ModelConfig`
+says *what* is fitted (curve form, likelihood, priors, forecast discrepancy),
+:class:`SamplerConfig` *how* it is sampled. Both have documented defaults, are
+frozen dataclasses (override a field with :func:`dataclasses.replace` or by
+passing a dict of overrides to :func:`bayes_grpo.fit`), and are saved with a fit
+as JSON in the model file's attributes.
+
+Example
+-------
+>>> from bayes_grpo.config import ModelConfig, SamplerConfig
+>>> ModelConfig.from_dict({"form": "weibull", "max_bins": 40}).max_bins
+40
+>>> SamplerConfig(draws=300, chains=4).chains
+4
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Mapping
+
+from bayes_grpo.curves import CURVE_FORMS, DEFAULT_FORM
+from bayes_grpo.errors import ModelError
+from bayes_grpo.settings import quick_mode
+
+
+@dataclass(frozen=True)
+class PriorConfig:
+    """Scales and centres of the population-level priors (normalised units).
+
+    Pairs are per scale kind: (declared reward range, learned unit). The
+    structure these numbers enter is defined once in :mod:`bayes_grpo.population`.
+
+    Attributes
+    ----------
+    gain_mu_loc, gain_mu_scale : tuple of float
+        Normal prior of the kind's mean asinh-gain.
+    gain_sd_scale : tuple of float
+        HalfNormal scale of the kind's per-run asinh-gain spread.
+    gain_size_scale, gain_init_scale : float
+        Normal scales of the size and initial-reward effects on gain (in units of ``gain_sd``).
+    fam_gain_sd_scale, fam_tau_sd_scale : float
+        HalfNormal scales of the family spreads of gain and log timescale.
+    tau_mu_loc, tau_mu_scale, tau_sd_scale : float
+        Normal prior of the mean log timescale and HalfNormal scale of its per-run spread.
+    tau_size_scale, tau_init_scale : float
+        Normal scales of the size and initial-reward effects on log timescale.
+    beta_mu_scale, beta_sd_scale : float
+        Normal scale of the mean log shape (centred on the form's ``beta_prior_centre``) and
+        HalfNormal scale of its per-run spread.
+    r0_sd_scale : tuple of float
+        HalfNormal scale of the spread of a run's start around its start level.
+    sig_mu_loc, sig_mu_scale : tuple of float
+        Normal prior of the kind's mean log per-step noise.
+    sig_sd_scale : float
+        HalfNormal scale of the per-run spread of the log noise.
+    declared_start_sd : tuple of float
+        At forecast time, a run that declares its initial reward has its start
+        spread capped at this (the fit keeps the learned ``r0_sd``).
+    """
+
+    gain_mu_loc: tuple[float, float] = (0.3, 0.5)
+    gain_mu_scale: tuple[float, float] = (0.3, 0.5)
+    gain_sd_scale: tuple[float, float] = (0.3, 0.5)
+    gain_size_scale: float = 0.5
+    gain_init_scale: float = 1.0
+    fam_gain_sd_scale: float = 0.5
+    tau_mu_loc: float = math.log(0.3)
+    tau_mu_scale: float = 1.0
+    tau_sd_scale: float = 0.8
+    tau_size_scale: float = 0.3
+    tau_init_scale: float = 1.0
+    fam_tau_sd_scale: float = 0.5
+    beta_mu_scale: float = 0.5
+    beta_sd_scale: float = 0.5
+    r0_sd_scale: tuple[float, float] = (0.1, 0.3)
+    sig_mu_loc: tuple[float, float] = (math.log(0.05), math.log(0.3))
+    sig_mu_scale: tuple[float, float] = (1.0, 0.7)
+    sig_sd_scale: float = 0.5
+    declared_start_sd: tuple[float, float] = (0.02, 0.1)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """What the hierarchical model is: curve form, likelihood, priors and forecast discrepancy.
+
+    Attributes
+    ----------
+    form : str
+        Curve form, a key of :data:`bayes_grpo.curves.CURVE_FORMS` (default ``"loglogistic"``).
+    max_bins : int
+        Observations of a run are averaged into at most this many bins for the fit (60).
+    forecast_bins : int
+        Bins used when conditioning one run at forecast time (120).
+    student_nu : float
+        Degrees of freedom of the Student-t likelihood (4: outliers and collapses).
+    noise_floor : float
+        Per-step noise never drops below this, added in quadrature (0.02 normalised units),
+        so quantised rewards do not drive the noise to zero.
+    drift : float
+        Scale of the Brownian model-discrepancy term of forecasts, in per-step noise units per
+        unit of progress (1.5, chosen so 90% intervals from 30% of a run cover about 90% of finals).
+    range_slack : float
+        At forecast time, on a declared reward range, a curve's start and asymptote may sit at
+        most this fraction of the range outside it (0.02).
+    beta_prior_centre : float or None
+        Prior centre of log(beta); None takes the curve form's own centre from the registry.
+    priors : PriorConfig
+        Scales and centres of the population-level priors.
+
+    Raises
+    ------
+    ModelError
+        For an unknown curve form or a non-positive setting.
+
+    Example
+    -------
+    >>> ModelConfig(form="weibull").resolved_beta_centre() > 0
+    True
+    """
+
+    form: str = DEFAULT_FORM
+    max_bins: int = 60
+    forecast_bins: int = 120
+    student_nu: float = 4.0
+    noise_floor: float = 0.02
+    drift: float = 1.5
+    range_slack: float = 0.02
+    beta_prior_centre: float | None = None
+    priors: PriorConfig = field(default_factory=PriorConfig)
+
+    def __post_init__(self) -> None:
+        if self.form not in CURVE_FORMS:
+            raise ModelError(f"unknown curve form {self.form!r}; choose one of {', '.join(CURVE_FORMS)}")
+        for name in ("max_bins", "forecast_bins", "student_nu"):
+            if not getattr(self, name) > 0:
+                raise ModelError(f"model_config.{name} must be positive, got {getattr(self, name)}")
+        if self.noise_floor < 0 or self.drift < 0 or self.range_slack < 0:
+            raise ModelError("model_config.noise_floor, drift and range_slack must be >= 0")
+
+    def resolved_beta_centre(self) -> float:
+        """Prior centre of log(beta): the override, else the curve form's registry entry."""
+        return self.beta_prior_centre if self.beta_prior_centre is not None else CURVE_FORMS[self.form].beta_prior_centre
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-serialisable dict (priors nested)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any] | None) -> ModelConfig:
+        """Build from a (possibly partial) dict such as :meth:`to_dict` wrote; unknown keys raise.
+
+        Raises
+        ------
+        ModelError
+            For an unknown key.
+        """
+        values = dict(values or {})
+        _check_keys(cls, values, "model_config")
+        priors = values.pop("priors", None)
+        if isinstance(priors, Mapping):
+            _check_keys(PriorConfig, priors, "model_config.priors")
+            values["priors"] = PriorConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in priors.items()})
+        elif priors is not None:
+            values["priors"] = priors
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """How the model is sampled (NUTS).
+
+    Attributes
+    ----------
+    draws, tune : int
+        Posterior draws and tuning steps per chain: 1000 each, or 200 in quick mode
+        (``BAYES_GRPO_QUICK=1``, read when the config is created).
+    chains : int
+        Number of chains (2).
+    sampler : str or None
+        ``"nutpie"``, ``"numpyro"`` or ``"pymc"``; None picks the first installed in that order.
+    seed : int
+        Random seed of the sampler (0).
+    target_accept : float
+        NUTS target acceptance (0.9; nutpie uses its own adaptation and ignores it).
+    progressbar : bool
+        Show the sampler's progress bar (True).
+
+    Example
+    -------
+    >>> SamplerConfig.from_dict({"draws": 500}).draws
+    500
+    """
+
+    draws: int = field(default_factory=lambda: 200 if quick_mode() else 1000)
+    tune: int = field(default_factory=lambda: 200 if quick_mode() else 1000)
+    chains: int = 2
+    sampler: str | None = None
+    seed: int = 0
+    target_accept: float = 0.9
+    progressbar: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("draws", "tune", "chains"):
+            if int(getattr(self, name)) <= 0:
+                raise ModelError(f"sampler_config.{name} must be positive, got {getattr(self, name)}")
+        if self.sampler not in (None, "nutpie", "numpyro", "pymc"):
+            raise ModelError(f"sampler_config.sampler must be 'nutpie', 'numpyro' or 'pymc', got {self.sampler!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-serialisable dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any] | None) -> SamplerConfig:
+        """Build from a (possibly partial) dict; unknown keys raise :class:`ModelError`."""
+        values = dict(values or {})
+        _check_keys(cls, values, "sampler_config")
+        return cls(**values)
+
+
+def merge(base: Any, overrides: Any) -> Any:
+    """``base`` with ``overrides`` (a config of the same type, a dict, or None) applied.
+
+    Raises
+    ------
+    ModelError
+        For an unknown key or a config of another type.
+    """
+    if overrides is None:
+        return base
+    if isinstance(overrides, type(base)):
+        return overrides
+    if not isinstance(overrides, Mapping):
+        raise ModelError(f"expected a {type(base).__name__} or a dict of overrides, got {type(overrides).__name__}")
+    _check_keys(type(base), overrides, type(base).__name__)
+    values = {**base.to_dict(), **dict(overrides)}
+    if isinstance(base, ModelConfig) and isinstance(overrides.get("priors"), Mapping):
+        values["priors"] = {**base.priors.__dict__, **overrides["priors"]}
+    return type(base).from_dict(values)
+
+
+def _check_keys(cls: type, values: Mapping[str, Any], what: str) -> None:
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ModelError(f"unknown {what} setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")

@@ -1,0 +1,282 @@
+"""Validation and repair: one raw table plus the metadata found beside it becomes a :class:`RunLog`.
+
+Column names are normalised (``train/reward`` -> ``reward``, ``rewards / f / mean``
+-> ``rewards/f``), steps and rewards are checked, and every repair (NaN rewards
+dropped, steps sorted, repeated steps replaced by the later entry) is announced
+with a :class:`LogWarning`. Metadata is merged in a fixed order, later winning:
+what the reader found, then constant columns (only where the reader found
+nothing), then the caller's arguments; ``meta.provenance`` records the winner.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from bayes_grpo.errors import LogError
+from bayes_grpo.logs.types import LogWarning, RunLog, check_meta, clean_meta
+
+__all__ = ["build_run", "keep_later", "normalise_column"]
+
+STEP_NAMES = ("step", "global_step", "trainer/global_step", "_step")
+REWARD_NAMES = ("reward", "mean_reward", "reward_mean")
+_STD_NAMES = ("reward_std", "std_reward")
+_COLUMN_ALIASES = {"training loss": "loss", "validation loss": "eval_loss"}
+# Columns that describe the run rather than the step; constant ones become metadata.
+META_COLUMNS = {
+    "run_id", "family", "params_b", "total_steps", "steps_per_epoch", "reward_min",
+    "reward_max", "reward_range", "initial_reward", "hardware", "model", "model_name",
+    "dataset", "task", "method", "lora", "seed", "source_repo", "source_path", "source_commit",
+}  # fmt: skip
+
+
+def normalise_column(name: object) -> str:
+    """Canonical column name: ``'rewards / f / mean'``, ``'reward/f/mean'``, ``'reward__f'`` -> ``'rewards/f'``.
+
+    Parameters
+    ----------
+    name : object
+        A column name as logged.
+
+    Returns
+    -------
+    str
+        The name :class:`RunLog` tables use.
+
+    Example
+    -------
+    >>> normalise_column("train/rewards/acc/mean")
+    'rewards/acc'
+    """
+    text = re.sub(r"\s*/\s*", "/", str(name).strip())
+    text = _COLUMN_ALIASES.get(text.lower(), text)
+    if text.lower() == "step":
+        return "step"
+    if text.startswith("train/") and text != "train/global_step":
+        text = text[len("train/") :]
+    elif text == "train/global_step":
+        text = "global_step"
+    if m := re.fullmatch(r"rewards?/(.+?)(/mean)?", text):
+        if m.group(1) not in ("mean", "std"):
+            return f"rewards/{m.group(1)}"
+    if m := re.fullmatch(r"reward__(.+)", text):
+        return f"rewards/{m.group(1)}"
+    return text
+
+
+def _rename_columns(frame: pd.DataFrame, name: str) -> pd.DataFrame:
+    """Normalise names; on a clash keep the first column and leave the other as it was."""
+    if frame.columns.duplicated().any():
+        dupes = sorted({str(c) for c in frame.columns[frame.columns.duplicated()]})
+        raise LogError(f"{name}: duplicate column name(s) {dupes}; give every column its own name")
+    mapping, taken = {}, set()
+    for col in frame.columns:
+        new = normalise_column(col)
+        if new in taken:
+            new = str(col)
+        mapping[col] = new
+        taken.add(new)
+    if len(set(mapping.values())) != len(mapping):
+        dupes = sorted({v for v in mapping.values() if list(mapping.values()).count(v) > 1})
+        raise LogError(f"{name}: columns {dupes} mean the same field; keep only one of them")
+    return frame.rename(columns=mapping)
+
+
+def keep_later(frame: pd.DataFrame, name: str, reason: str, column: str = "step") -> pd.DataFrame:
+    """Rows with a repeated ``step`` replaced by the later entry, announced with a :class:`LogWarning`.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        A table with a step column (numbers or numeric text), in logging order.
+    name : str
+        The log's name, for the warning.
+    reason : str
+        Why steps repeat, e.g. ``"the run was resumed from a checkpoint"``.
+    column : str
+        The step column's name.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The frame sorted by step with each step once (the last entry kept).
+
+    Example
+    -------
+    >>> keep_later(pd.DataFrame({"step": [1, 2, 2], "reward": [0, 1, 2]}), "log", "resumed")["reward"].tolist()  # doctest: +SKIP
+    [0, 2]
+    """
+    steps = pd.to_numeric(frame[column], errors="coerce")
+    replaced = steps.duplicated(keep="last") & steps.notna()
+    if not replaced.any():
+        return frame
+    warnings.warn(
+        f"{name}: {reason}; {int(replaced.sum())} logged step(s) were logged again (steps "
+        f"{_preview(steps[replaced].astype('int64'))}); the later entries replaced them",
+        LogWarning,
+        stacklevel=4,
+    )
+    kept = frame.loc[~replaced].assign(_order=steps[~replaced])
+    return kept.sort_values("_order", kind="stable").drop(columns="_order").reset_index(drop=True)
+
+
+def build_run(raw: pd.DataFrame, found: dict, given: dict, run_id: str | None, default_id: str, name: str) -> RunLog:
+    """Validate and repair a raw table, merge metadata (arguments > found > constant columns), make a RunLog.
+
+    Parameters
+    ----------
+    raw : pandas.DataFrame
+        The table as read: one row per logged step, column names as logged.
+    found : dict
+        Metadata the reader found; ``found["provenance"]`` maps each key to its source.
+    given : dict
+        Metadata passed by the caller (provenance ``"argument"``); None values are left out.
+    run_id : str or None
+        The caller's run id, else ``run_id`` found in the metadata, else ``default_id``.
+    default_id : str
+        Run id to fall back on (the file stem).
+    name : str
+        The log's name in messages.
+
+    Returns
+    -------
+    RunLog
+        The validated run.
+
+    Raises
+    ------
+    LogError
+        On anything unusable: no reward column, non-numeric rewards or steps,
+        negative steps, invalid metadata.
+    """
+    if raw.shape[0] == 0 or raw.shape[1] == 0:
+        raise LogError(f"{name}: the log is empty (no rows); nothing to forecast from")
+    frame = _rename_columns(raw.reset_index(drop=True), name)
+    meta_values = {k: v for k, v in found.items() if k != "provenance"}
+    origin = {k: "log file" for k in meta_values} | dict(found.get("provenance") or {})
+    for col in [c for c in frame.columns if c in META_COLUMNS]:
+        values = frame[col].dropna().unique()
+        if len(values) <= 1:
+            if len(values) == 1 and col not in meta_values:
+                meta_values[col] = values[0].item() if hasattr(values[0], "item") else values[0]
+                origin[col] = "column"
+            frame = frame.drop(columns=col)
+        elif col == "run_id":
+            raise LogError(
+                f"{name}: column 'run_id' holds {len(values)} runs; read it with load_runs() or "
+                "bayes_grpo.logs.read_runs() (one RunLog per run), or split the file into one log per run"
+            )
+    reward_col = next((c for c in REWARD_NAMES if c in frame.columns), None)
+    if reward_col is None:
+        raise LogError(
+            f"{name}: no reward column; looked for {list(REWARD_NAMES)} (also 'train/reward'), found "
+            f"{[str(c) for c in frame.columns][:20]}; rename the mean-reward column to 'reward'"
+        )
+    frame = frame.rename(columns={reward_col: "reward"})
+    if (std_col := next((c for c in _STD_NAMES if c in frame.columns), None)) and "reward_std" not in frame:
+        frame = frame.rename(columns={std_col: "reward_std"})
+    frame["reward"] = _numeric(frame["reward"], "reward", name)
+
+    step_col = next((c for c in STEP_NAMES if c in frame.columns), None)
+    if step_col is None:
+        frame.insert(0, "step", np.arange(1, len(frame) + 1, dtype=np.int64))
+        meta_values.setdefault("step_source", "row order (the log has no step column)")
+    else:
+        steps = _numeric(frame[step_col], step_col, name)
+        if steps.isna().any():
+            raise LogError(f"{name}: field {step_col!r} is missing in {int(steps.isna().sum())} row(s); fill in the steps")
+        if not np.all(np.isfinite(steps)) or not np.all(steps == np.round(steps)):
+            raise LogError(f"{name}: field {step_col!r} has non-integer values; steps must be whole numbers")
+        if (steps < 0).any():
+            raise LogError(
+                f"{name}: field {step_col!r} has {int((steps < 0).sum())} negative value(s) "
+                f"(min {int(steps.min())}); steps must be >= 0"
+            )
+        frame = frame.drop(columns=[c for c in STEP_NAMES if c in frame.columns])
+        frame.insert(0, "step", steps.astype(np.int64))
+
+    bad = ~np.isfinite(frame["reward"].to_numpy(dtype=float))
+    if bad.all():
+        raise LogError(f"{name}: field 'reward' has no finite values ({int(bad.sum())} NaN/inf); nothing to forecast from")
+    if bad.any():
+        warnings.warn(
+            f"{name}: dropped {int(bad.sum())} row(s) whose 'reward' is NaN or inf (steps "
+            f"{_preview(frame.loc[bad, 'step'])}); check the log if that is unexpected",
+            LogWarning,
+            stacklevel=3,
+        )
+        frame = frame.loc[~bad]
+    steps = frame["step"].to_numpy()
+    if np.any(np.diff(steps) < 0):
+        warnings.warn(f"{name}: field 'step' was not in order; sorted the rows by step", LogWarning, stacklevel=3)
+        frame = frame.sort_values("step", kind="stable")
+    duplicated = frame["step"].duplicated(keep="last")
+    if duplicated.any():
+        warnings.warn(
+            f"{name}: field 'step' repeats {int(duplicated.sum())} time(s) (steps "
+            f"{_preview(frame.loc[duplicated, 'step'])}); kept the last row of each step (e.g. a resumed run)",
+            LogWarning,
+            stacklevel=3,
+        )
+        frame = frame.loc[~duplicated]
+    frame = frame.reset_index(drop=True)
+    for col in frame.columns.drop(["step", "reward"]):
+        frame[col] = _maybe_numeric(frame[col])
+    frame = frame[["step", "reward", *[c for c in frame.columns if c not in ("step", "reward")]]]
+
+    meta_values.update(given)
+    origin.update({k: "argument" for k in given})
+    meta_values["source"] = meta_values.get("source") or (name if name != "DataFrame" else None)
+    meta = clean_meta({**meta_values, "provenance": origin}, name)
+    check_meta(meta, int(frame["step"].iloc[-1]), name)
+    final_id = run_id or meta.extra.get("run_id") or default_id
+    return RunLog(str(final_id), frame, meta)
+
+
+def _numeric(column: pd.Series, field_name: str, name: str) -> pd.Series:
+    """The column as float64; any value that is present but not a number is an error."""
+    if pd.api.types.is_bool_dtype(column):
+        raise LogError(f"{name}: field {field_name!r} is boolean, not numeric; log the numeric value")
+    values = pd.to_numeric(column.map(_to_number), errors="coerce").astype("float64")
+    wrong = values.isna() & column.notna() & ~column.map(_is_nan_text)
+    if wrong.any():
+        first = column[wrong].iloc[0]
+        raise LogError(
+            f"{name}: field {field_name!r} is not numeric ({int(wrong.sum())} value(s) like {str(first)[:40]!r}); "
+            f"give numbers in the {field_name!r} column"
+        )
+    return values
+
+
+def _to_number(value: object) -> object:
+    """Value ready for ``pd.to_numeric``: booleans become non-numbers, 'inf' strings floats."""
+    if isinstance(value, (bool, np.bool_)):
+        return "bool"
+    if isinstance(value, str):
+        text = value.strip().lower()
+        return {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf, "infinity": math.inf}.get(text, value.strip())
+    return value
+
+
+def _is_nan_text(value: object) -> bool:
+    return isinstance(value, str) and value.strip().lower() in ("", "nan", "none", "null", "n/a", "na")
+
+
+def _maybe_numeric(column: pd.Series) -> pd.Series:
+    """Convert to numbers when every present value is one; otherwise leave as it is."""
+    if pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column):
+        return column.astype("float64") if not pd.api.types.is_float_dtype(column) else column
+    try:
+        converted = pd.to_numeric(column, errors="raise")
+    except (ValueError, TypeError):
+        return column
+    return converted.astype("float64") if pd.api.types.is_numeric_dtype(converted) else column
+
+
+def _preview(values: pd.Series, n: int = 5) -> str:
+    items = [str(v) for v in values.iloc[:n]]
+    return ", ".join(items) + (", ..." if len(values) > n else "")

@@ -1,0 +1,388 @@
+"""The population model, defined once: priors, curve, noise, and how covariates enter.
+
+Each run ``r`` follows ``z(t) = r0 + gain * F(t; tau, beta)`` in normalised
+progress ``t`` and normalised reward ``z`` (:mod:`bayes_grpo.prepare`), with the
+shape ``F`` from the curve-form registry (:mod:`bayes_grpo.curves`). A run's
+five parameters ``theta = (r0, asinh_gain, log_tau, log_beta, log_sigma)`` are
+Normal given the population, with means depending on the scale kind ``k``
+(declared range or learned unit), the family ``f`` (partially pooled), the
+centred log10 size ``x`` and the centred initial reward ``i``::
+
+    asinh_gain ~ Normal(gain_mu[k] + gain_sd[k] (fam_gain[f] + gain_size x + gain_init i), gain_sd[k])
+    log_tau    ~ Normal(tau_mu + fam_tau[f] + tau_size x + tau_init i, tau_sd)
+    log_beta   ~ Normal(beta_mu, beta_sd)             (beta = 1 for forms without beta)
+    r0         ~ Normal(start_r, r0_sd[k])
+    log_sigma  ~ Normal(sig_mu[k], sig_sd[k])
+    z_bin      ~ StudentT(nu, r0 + gain F(t_bin), sqrt(sigma^2 + floor^2) / sqrt(n_bin))
+
+An unseen family gets ``fam = 0`` with the family spread added to the scale.
+The sinh keeps small gains near-Normal while giving the heavy right tail of
+real runs; a gain near zero or a timescale beyond the horizon is how the model
+says "no take-off (yet)".
+
+Everything else is derived from the three functions :func:`run_prior` (per-run
+Normal given population values and covariates), :func:`observation` (mean and
+scale of a binned observation) and :func:`population_priors` (the population
+level), each written once against an array namespace (NumPy or PyTensor):
+
+* :func:`build_model` - the PyMC model that is fitted (non-centred:
+  ``theta = loc + scale * e``);
+* :class:`RunPrior` and :func:`log_likelihood` - the density that conditions one
+  run at forecast time (:mod:`bayes_grpo.forecast`);
+* :func:`simulate` - the posterior predictive of logged rewards (report PPCs).
+
+``tests/test_architecture.py`` checks that the PyMC log-density and the
+forecast-time density agree on random parameter values.
+
+Two deliberate forecast-time refinements, both switched on only by the
+conditioning code: a run that declares its initial reward has its start spread
+capped (``PriorConfig.declared_start_sd``), and on a declared reward range a
+curve must start and end inside it (:func:`in_support`; a hard boundary would
+stall NUTS, so the fit does not use it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol, Sequence
+
+import numpy as np
+from scipy.special import gammaln, logsumexp
+
+from bayes_grpo.config import ModelConfig, merge
+from bayes_grpo.curves import get_form, reward_curve
+from bayes_grpo.errors import ModelError
+from bayes_grpo.prepare import SCALE_KINDS, PreparedRun, bin_observations, centred_size, size_centres, start_level
+
+#: Per-run parameters, in the unconstrained space the forecast samples.
+PARAMS = ("r0", "asinh_gain", "log_tau", "log_beta", "log_sigma")
+#: Name of each parameter's standard-normal offset in the PyMC model.
+OFFSETS = {"r0": "e_r0", "asinh_gain": "e_gain", "log_tau": "e_tau", "log_beta": "e_beta", "log_sigma": "e_sig"}
+#: Population-level variables kept in a fitted model (the per-run ones are not).
+POPULATION_VARS = (
+    "gain_mu", "gain_sd", "gain_size", "gain_init", "fam_gain", "fam_gain_sd",
+    "tau_mu", "tau_sd", "tau_size", "tau_init", "fam_tau", "fam_tau_sd",
+    "beta_mu", "beta_sd", "r0_sd", "sig_mu", "sig_sd",
+)
+# Scale given to log_beta of a form without beta: a point mass at 0 for the forecast sampler.
+_FIXED_SCALE = 1e-9
+
+
+class PopulationPosterior(Protocol):
+    """What forecasting needs from a fitted model: population draws, families, settings.
+
+    :class:`bayes_grpo.model.FittedModel` satisfies it; :mod:`bayes_grpo.forecast`
+    depends on this protocol, not on the fitting module.
+    """
+
+    @property
+    def model_config(self) -> ModelConfig: ...
+
+    @property
+    def families(self) -> list[str]: ...
+
+    @property
+    def size_centres(self) -> Sequence[float]: ...
+
+    def population_arrays(self) -> dict[str, np.ndarray]: ...
+
+
+@dataclass(frozen=True)
+class Covariates:
+    """How one run (or, as arrays, many runs) enters the population model.
+
+    ``kind`` indexes :data:`bayes_grpo.prepare.SCALE_KINDS`; ``family`` indexes
+    the fitted families, or is None for a family the population has not seen;
+    ``size`` is the centred log10 size, ``init`` the centred initial reward and
+    ``start`` the prior centre of ``r0``.
+    """
+
+    kind: Any
+    family: Any
+    size: Any
+    init: Any
+    start: Any
+
+
+def covariates(prepared: PreparedRun, centres: Sequence[float], families: Sequence[str]) -> Covariates:
+    """The covariates of one prepared run against a fitted population's size centres and families."""
+    families = list(families)
+    return Covariates(
+        kind=prepared.kind_index,
+        family=families.index(prepared.family) if prepared.family in families else None,
+        size=centred_size(prepared, list(centres)),
+        init=prepared.initial_cov,
+        start=start_level(prepared),
+    )
+
+
+def population_priors(config: ModelConfig) -> dict[str, Any]:
+    """Create the population-level PyMC variables (inside a ``pm.Model`` with ``kind``/``family`` coords)."""
+    import pymc as pm
+
+    p = config.priors
+    pop: dict[str, Any] = {
+        "gain_mu": pm.Normal("gain_mu", mu=np.array(p.gain_mu_loc), sigma=np.array(p.gain_mu_scale), dims="kind"),
+        "gain_sd": pm.HalfNormal("gain_sd", sigma=np.array(p.gain_sd_scale), dims="kind"),
+        "gain_size": pm.Normal("gain_size", 0.0, p.gain_size_scale),
+        "gain_init": pm.Normal("gain_init", 0.0, p.gain_init_scale),
+        "fam_gain_sd": pm.HalfNormal("fam_gain_sd", p.fam_gain_sd_scale),
+        "tau_mu": pm.Normal("tau_mu", p.tau_mu_loc, p.tau_mu_scale),
+        "tau_sd": pm.HalfNormal("tau_sd", p.tau_sd_scale),
+        "tau_size": pm.Normal("tau_size", 0.0, p.tau_size_scale),
+        "tau_init": pm.Normal("tau_init", 0.0, p.tau_init_scale),
+        "fam_tau_sd": pm.HalfNormal("fam_tau_sd", p.fam_tau_sd_scale),
+        "r0_sd": pm.HalfNormal("r0_sd", sigma=np.array(p.r0_sd_scale), dims="kind"),
+        "sig_mu": pm.Normal("sig_mu", mu=np.array(p.sig_mu_loc), sigma=np.array(p.sig_mu_scale), dims="kind"),
+        "sig_sd": pm.HalfNormal("sig_sd", p.sig_sd_scale, dims="kind"),
+    }
+    pop["fam_gain"] = pm.Deterministic("fam_gain", pop["fam_gain_sd"] * pm.Normal("fam_gain_raw", 0, 1, dims="family"), dims="family")
+    pop["fam_tau"] = pm.Deterministic("fam_tau", pop["fam_tau_sd"] * pm.Normal("fam_tau_raw", 0, 1, dims="family"), dims="family")
+    if get_form(config.form).has_beta:
+        pop["beta_mu"] = pm.Normal("beta_mu", config.resolved_beta_centre(), p.beta_mu_scale)
+        pop["beta_sd"] = pm.HalfNormal("beta_sd", p.beta_sd_scale)
+    return pop
+
+
+def run_prior(
+    pop: Mapping[str, Any],
+    cov: Covariates,
+    config: ModelConfig,
+    xp: Any = np,
+    declared_start: Any = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Location and scale of each per-run parameter (:data:`PARAMS`) given population values.
+
+    Parameters
+    ----------
+    pop : mapping
+        Population values by name (:data:`POPULATION_VARS`): PyMC variables, or NumPy
+        arrays whose trailing axis is the posterior draw.
+    cov : Covariates
+        The run(s)' kind, family, size, initial reward and start.
+    config : ModelConfig
+        Curve form and prior settings.
+    xp : module
+        ``numpy`` or ``pytensor.tensor``.
+    declared_start : bool, optional
+        True when the run declares its initial reward: the start spread is capped at
+        ``config.priors.declared_start_sd[kind]`` (forecast time only).
+
+    Returns
+    -------
+    (dict, dict)
+        ``loc[name]`` and ``scale[name]`` for each name of :data:`PARAMS`.
+    """
+    k = cov.kind
+    if cov.family is None:
+        fam_gain, fam_tau = 0.0, 0.0
+        gain_sd = pop["gain_sd"][k] * xp.sqrt(1.0 + pop["fam_gain_sd"] ** 2)
+        tau_sd = xp.sqrt(pop["tau_sd"] ** 2 + pop["fam_tau_sd"] ** 2)
+    else:
+        fam_gain, fam_tau = pop["fam_gain"][cov.family], pop["fam_tau"][cov.family]
+        gain_sd, tau_sd = pop["gain_sd"][k], pop["tau_sd"]
+    has_beta = get_form(config.form).has_beta
+    r0_sd = pop["r0_sd"][k]
+    if declared_start:
+        r0_sd = xp.minimum(r0_sd, config.priors.declared_start_sd[k])
+    loc = {
+        "r0": cov.start,
+        "asinh_gain": pop["gain_mu"][k] + pop["gain_sd"][k] * (fam_gain + pop["gain_size"] * cov.size + pop["gain_init"] * cov.init),
+        "log_tau": pop["tau_mu"] + fam_tau + pop["tau_size"] * cov.size + pop["tau_init"] * cov.init,
+        "log_beta": pop["beta_mu"] if has_beta else 0.0,
+        "log_sigma": pop["sig_mu"][k],
+    }
+    scale = {
+        "r0": r0_sd,
+        "asinh_gain": gain_sd,
+        "log_tau": tau_sd,
+        "log_beta": pop["beta_sd"] if has_beta else _FIXED_SCALE,
+        "log_sigma": pop["sig_sd"][k],
+    }
+    return loc, scale
+
+
+def natural(theta: Mapping[str, Any], xp: Any = np) -> dict[str, Any]:
+    """Curve parameters ``r0, gain, tau, beta, sigma`` from the unconstrained ones."""
+    return {
+        "r0": theta["r0"],
+        "gain": xp.sinh(theta["asinh_gain"]),
+        "tau": xp.exp(theta["log_tau"]),
+        "beta": xp.exp(theta["log_beta"]),
+        "sigma": xp.exp(theta["log_sigma"]),
+    }
+
+
+def step_noise(sigma: Any, floor: float, xp: Any = np) -> Any:
+    """Per-step noise of the likelihood: the run's ``sigma`` with the noise ``floor`` added in quadrature."""
+    return xp.sqrt(sigma**2 + floor**2)
+
+
+def observation(config: ModelConfig, t: Any, count: Any, params: Mapping[str, Any], xp: Any = np) -> tuple[Any, Any]:
+    """Mean and Student-t scale of a bin of ``count`` logged rewards at progress ``t``."""
+    mu = reward_curve(config.form, t, params["r0"], params["gain"], params["tau"], params["beta"], xp=xp)
+    return mu, step_noise(params["sigma"], config.noise_floor, xp) / xp.sqrt(count)
+
+
+def student_t_logpdf(x: np.ndarray, nu: float, mu: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """Log density of a Student-t (NumPy, elementwise)."""
+    resid = (x - mu) / scale
+    const = gammaln((nu + 1) / 2) - gammaln(nu / 2) - 0.5 * np.log(nu * np.pi)
+    return const - np.log(scale) - (nu + 1) / 2 * np.log1p(resid**2 / nu)
+
+
+def log_likelihood(config: ModelConfig, theta: np.ndarray, t: np.ndarray, z: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Log-likelihood of one run's binned observations for each row of ``theta`` (n, len(PARAMS))."""
+    if t.size == 0:
+        return np.zeros(theta.shape[0])
+    params = natural({name: theta[:, j : j + 1] for j, name in enumerate(PARAMS)})
+    mu, scale = observation(config, t[None], counts[None], params)
+    return np.sum(student_t_logpdf(z[None], config.student_nu, mu, scale), axis=1)
+
+
+def in_support(config: ModelConfig, theta: np.ndarray, kind: str) -> np.ndarray:
+    """Rows of ``theta`` whose curve starts and ends within a declared range (all rows on a learned scale)."""
+    if kind != "range":
+        return np.ones(theta.shape[0], bool)
+    ends = np.stack([theta[:, 0], theta[:, 0] + np.sinh(theta[:, 1])])
+    return ~np.any((ends < -config.range_slack) | (ends > 1 + config.range_slack), axis=0)
+
+
+def normal_logpdf(theta: np.ndarray, loc: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """Sum over parameters of independent Normal log densities (rows of ``theta``)."""
+    return np.sum(-0.5 * ((theta - loc) / scale) ** 2 - np.log(scale) - 0.5 * np.log(2 * np.pi), axis=-1)
+
+
+class RunPrior:
+    """Population posterior predictive of one run's parameters: Normal per draw, mixed over draws.
+
+    Parameters
+    ----------
+    model : PopulationPosterior
+        The fitted population.
+    prepared : PreparedRun
+        The run to forecast (its covariates; its steps are not used here).
+    rng : numpy.random.Generator
+        Picks the ``n_components`` posterior draws used by :meth:`logpdf`.
+    n_components : int
+        Number of mixture components in :meth:`logpdf` (sampling uses every draw).
+    """
+
+    def __init__(self, model: PopulationPosterior, prepared: PreparedRun, rng: np.random.Generator, n_components: int = 128):
+        cov = covariates(prepared, model.size_centres, model.families)
+        loc, scale = run_prior(model.population_arrays(), cov, model.model_config, np, declared_start=prepared.initial_z is not None)
+        n = np.size(loc["log_sigma"])
+        self.mean = np.stack([np.broadcast_to(loc[name], (n,)) for name in PARAMS], axis=1)
+        self.sd = np.stack([np.broadcast_to(scale[name], (n,)) for name in PARAMS], axis=1)
+        self.components = rng.choice(n, size=min(n_components, n), replace=False)
+
+    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        """``size`` parameter vectors (rows) from the mixture over all posterior draws."""
+        rows = rng.integers(0, self.mean.shape[0], size)
+        return self.mean[rows] + self.sd[rows] * rng.standard_normal((size, len(PARAMS)))
+
+    def logpdf(self, theta: np.ndarray) -> np.ndarray:
+        """Log density of the mixture (over a fixed random subset of posterior draws), by matrix products."""
+        rows = self.components
+        precision = 1.0 / self.sd[rows] ** 2
+        mean = self.mean[rows]
+        quad = (theta**2) @ precision.T - 2.0 * theta @ (mean * precision).T + np.sum(mean**2 * precision, axis=1)[None]
+        log_norm = -np.sum(np.log(self.sd[rows]), axis=1) - 0.5 * len(PARAMS) * np.log(2 * np.pi)
+        return logsumexp(log_norm[None] - 0.5 * quad, axis=1) - np.log(rows.size)
+
+
+def build_model(prepared: list[PreparedRun], config: ModelConfig | None = None, centres: Sequence[float] | None = None, **overrides: Any) -> Any:
+    """The hierarchical PyMC model of prepared runs (observations binned to ``config.max_bins``).
+
+    Parameters
+    ----------
+    prepared : list of PreparedRun
+        The runs to fit.
+    config : ModelConfig, optional
+        Model settings (default :class:`ModelConfig`).
+    centres : sequence of float, optional
+        Per-kind log10-size centres (default: computed from ``prepared``).
+    **overrides
+        Fields of ``config`` to override, e.g. ``form="weibull"``, ``max_bins=40``.
+
+    Returns
+    -------
+    pymc.Model
+        With ``run``, ``family``, ``kind`` and ``obs`` coordinates; per-run
+        deterministics ``r0, gain, tau, sigma`` (and ``beta``), observed ``z_obs``.
+
+    Raises
+    ------
+    ModelError
+        For no runs or an unknown setting.
+
+    Example
+    -------
+    >>> model = build_model(prepared, form="weibull")  # doctest: +SKIP
+    """
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    if not prepared:
+        raise ModelError("the model needs at least one run")
+    config = merge(config or ModelConfig(), overrides or None)
+    families = sorted({p.family or "unknown" for p in prepared})
+    centres = list(centres) if centres is not None else size_centres(prepared)
+    binned = [bin_observations(p.t, p.z, config.max_bins) for p in prepared]
+    coords = {
+        "run": [p.run_id for p in prepared],
+        "family": families,
+        "kind": list(SCALE_KINDS),
+        "obs": np.arange(sum(b[0].size for b in binned)),
+    }
+    with pm.Model(coords=coords) as model:
+        t_data = pm.Data("t", np.concatenate([b[0] for b in binned]), dims="obs")
+        z_data = pm.Data("z", np.concatenate([b[1] for b in binned]), dims="obs")
+        count_data = pm.Data("count", np.concatenate([b[2] for b in binned]), dims="obs")
+        run_idx = pm.Data("run_idx", np.concatenate([np.full(b[0].size, r) for r, b in enumerate(binned)]).astype("int64"), dims="obs")
+        cov = Covariates(
+            kind=np.array([p.kind_index for p in prepared]),
+            family=np.array([families.index(p.family or "unknown") for p in prepared]),
+            size=pm.Data("log10_size", np.array([centred_size(p, centres) for p in prepared]), dims="run"),
+            init=pm.Data("initial_cov", np.array([p.initial_cov for p in prepared]), dims="run"),
+            start=pm.Data("start", np.array([start_level(p) for p in prepared]), dims="run"),
+        )
+        loc, scale = run_prior(population_priors(config), cov, config, xp=pt)
+        has_beta = get_form(config.form).has_beta
+        theta = {
+            name: loc[name] + scale[name] * pm.Normal(OFFSETS[name], 0, 1, dims="run")
+            for name in PARAMS
+            if name != "log_beta" or has_beta
+        }
+        theta.setdefault("log_beta", pt.zeros(len(prepared)))
+        params = natural(theta, xp=pt)
+        for name in ("gain", "tau", "r0", "sigma") + (("beta",) if has_beta else ()):
+            params[name] = pm.Deterministic(name, params[name], dims="run")
+        mu, noise = observation(config, t_data, count_data, {name: value[run_idx] for name, value in params.items()}, xp=pt)
+        pm.StudentT("z_obs", nu=config.student_nu, mu=mu, sigma=noise, observed=z_data, dims="obs")
+    return model
+
+
+def simulate(config: ModelConfig, t: np.ndarray, params: Mapping[str, np.ndarray], rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior predictive of a run's logged rewards at progress ``t`` (one step per point).
+
+    Parameters
+    ----------
+    config : ModelConfig
+        The fitted model's settings.
+    t : ndarray
+        Normalised progress of the logged steps.
+    params : mapping
+        Per-draw ``r0, gain, tau, sigma`` (and ``beta``; 1 when absent), 1-D arrays.
+    rng : numpy.random.Generator
+        Source of the Student-t noise.
+
+    Returns
+    -------
+    (ndarray, ndarray)
+        The expected curve and simulated per-step rewards, both (n_draws, len(t)), normalised units.
+    """
+    params = {name: np.asarray(value, dtype=float)[:, None] for name, value in params.items()}
+    params.setdefault("beta", np.ones_like(params["r0"]))
+    mu, scale = observation(config, np.asarray(t, dtype=float)[None], 1.0, params)
+    return mu, mu + scale * rng.standard_t(config.student_nu, size=mu.shape)

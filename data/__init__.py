@@ -1,0 +1,1 @@
+"""The runs bundled with bayes_grpo (installed as ``bayes_grpo_data`` by a wheel; see ``setup.py``)."""

@@ -1,0 +1,74 @@
+"""Refit the population posterior that the package ships as ``bg.default_model()``.
+
+Fitted on the runs bundled in ``data/runs`` (tiny models trained by this
+project, on a declared reward range) together with the real public GRPO runs
+found through :func:`bayes_grpo.settings.shared_runs_dir` (``--shared``, else
+``$BAYES_GRPO_SHARED_RUNS``, else ``../shared/external_runs``). Only the
+population posterior is written (a few hundred kB). The shared runs are other
+people's data: the model records how many there were and the SHA-256 of their
+``index.csv``, not their identifiers.
+
+    python scripts/refit_default_model.py --out /tmp/default_model.nc                     # full settings
+    python scripts/refit_default_model.py --out /tmp/quick.nc --quick                     # smoke check
+    python scripts/refit_default_model.py --out /tmp/default_model.nc --replace-shipped   # also replace the shipped file
+
+The shipped file is replaced only with ``--replace-shipped``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import shutil
+import sys
+import warnings
+from pathlib import Path
+
+import bayes_grpo as bg
+from bayes_grpo.model import DEFAULT_MODEL_PATH
+from bayes_grpo.settings import bundled_runs_dir, shared_runs_dir
+
+
+def provenance(bundled: list[bg.RunLog], shared: Path | None, n_shared: int, argv: list[str]) -> dict:
+    """What the model was fitted on: bundled run ids, shared runs by count and index checksum."""
+    index = shared / "index.csv" if shared is not None else None
+    return {
+        "runs": [r.run_id for r in bundled],
+        "n_runs": len(bundled) + n_shared,
+        "sources": {"bundled (data/runs)": len(bundled), "shared (external runs)": n_shared},
+        "external_index_sha256": hashlib.sha256(index.read_bytes()).hexdigest() if index is not None and index.is_file() else None,
+        "date": dt.date.today().isoformat(),
+        "command": "python scripts/refit_default_model.py " + " ".join(argv),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="model file to write (.nc)")
+    parser.add_argument("--replace-shipped", action="store_true", help=f"also copy the result over {DEFAULT_MODEL_PATH}")
+    parser.add_argument("--shared", type=Path, default=None, help="folder of the shared runs (index.csv + runs/)")
+    parser.add_argument("--quick", action="store_true", help="200 draws/tune instead of 1000")
+    parser.add_argument("--seed", type=int, default=2026)
+    args = parser.parse_args(argv)
+
+    bundled = list(bg.load_runs(bundled_runs_dir()))
+    shared = shared_runs_dir(args.shared)
+    external = list(bg.load_runs(shared / "runs")) if shared is not None else []
+    if not external:
+        warnings.warn("no shared runs found: fitting on the bundled runs only", stacklevel=1)
+    draws = 200 if args.quick else 1000
+    model = bg.fit(bundled + external, sampler_config={"draws": draws, "tune": draws, "chains": 2, "seed": args.seed}, keep_full=False)
+    print(model.diagnostics)
+    model.fitted_on = provenance(bundled, shared, len(external), argv)
+    written = model.save(args.out, full=False)
+    print(f"wrote {written} ({len(bundled)} bundled + {len(external)} shared runs)")
+    if args.replace_shipped:
+        shutil.copyfile(written, DEFAULT_MODEL_PATH)
+        print(f"replaced the shipped model {DEFAULT_MODEL_PATH}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,229 @@
+"""Architecture checks: no import cycles, one-way data flow, one model definition everywhere.
+
+The agreement test draws random parameter values and checks that the PyMC
+log-density of the fitted model and the NumPy density used to condition one run
+at forecast time (both derived from :mod:`bayes_grpo.population`) agree.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+import bayes_grpo as bg
+from bayes_grpo.config import ModelConfig
+from bayes_grpo.curves import CURVE_FORMS, plateau_progress, shape
+from bayes_grpo.model import FittedModel
+from bayes_grpo.population import (
+    OFFSETS,
+    PARAMS,
+    POPULATION_VARS,
+    RunPrior,
+    build_model,
+    covariates,
+    log_likelihood,
+    normal_logpdf,
+    run_prior,
+    simulate,
+)
+from bayes_grpo.prepare import bin_observations, prepare_run, size_centres
+
+PACKAGE = Path(bg.__file__).resolve().parent
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> package-internal modules it imports (anywhere in the file, TYPE_CHECKING blocks included)."""
+    modules = {}
+    for file in root.rglob("*.py"):
+        parts = list(file.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(parts)] = file
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, file in modules.items():
+        is_package = file.name == "__init__.py"
+        for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = name.split(".") if is_package else name.split(".")[:-1]
+                if node.level:
+                    base = base[: len(base) - (node.level - 1)]
+                    module = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    module = node.module or ""
+                targets = [module] + [f"{module}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target not in (name, root.name):
+                    graph[name].add(target)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_checker_finds_a_cycle(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.b import B\n")
+    (pkg / "b.py").write_text("def f():\n    from . import a\n")
+    (pkg / "c.py").write_text("import pkg.a\n")
+    assert cycles(import_graph(pkg)) == [["pkg.a", "pkg.b"]]
+
+
+def test_bayes_grpo_has_no_import_cycle():
+    assert cycles(import_graph(PACKAGE)) == []
+
+
+def test_data_flows_one_way():
+    graph = import_graph(PACKAGE)
+    # The forecast and the stopping rule work on a population posterior / a forecast, never on the fitting code.
+    for module in ("bayes_grpo.forecast", "bayes_grpo.stopping", "bayes_grpo.population", "bayes_grpo.prepare", "bayes_grpo.curves"):
+        assert "bayes_grpo.model" not in graph[module], module
+    for module in ("bayes_grpo.population", "bayes_grpo.prepare", "bayes_grpo.curves", "bayes_grpo.config"):
+        assert not graph[module] & {"bayes_grpo.forecast", "bayes_grpo.stopping"}, module
+
+
+def _runs() -> list[bg.RunLog]:
+    """Three small runs: two families on a declared range, one without family on a learned scale."""
+    rng = np.random.default_rng(0)
+    runs = []
+    for i, (family, reward_range) in enumerate([("qwen", (0.0, 1.0)), ("llama", (0.0, 1.0)), (None, None)]):
+        steps = np.arange(1, 81)
+        rewards = 0.2 + 0.4 * (1 - np.exp(-steps / 25)) + 0.05 * rng.standard_normal(steps.size)
+        frame = pd.DataFrame({"step": steps, "reward": rewards * (3.0 if reward_range is None else 1.0)})
+        runs.append(bg.read_log(frame, run_id=f"r{i}", family=family, params_b=0.5 * (i + 1), total_steps=100, reward_range=reward_range))
+    return runs
+
+
+def _evaluate(model, names: list[str], point: dict) -> list[np.ndarray]:
+    """Model variables at a point of the value variables (random variables replaced by their values)."""
+    outputs = model.replace_rvs_by_values([model[v] for v in names])
+    fn = model.compile_fn(outputs, inputs=model.value_vars, on_unused_input="ignore", point_fn=True)
+    return fn(point)
+
+
+@pytest.mark.parametrize("form", list(CURVE_FORMS))
+def test_pymc_and_forecast_densities_agree(form):
+    """Random population values and per-run offsets: the two log-densities agree to 1e-6."""
+    pm = pytest.importorskip("pymc")
+    prepared = [prepare_run(r) for r in _runs()]
+    config = ModelConfig(form=form, max_bins=30)
+    centres = size_centres(prepared)
+    model = build_model(prepared, config, centres)
+    rng = np.random.default_rng(1)
+    point = {name: value + rng.normal(0, 0.5, np.shape(value)) for name, value in model.initial_point().items()}
+
+    # Population values at the point (natural scale), as arrays with one posterior draw on the last axis.
+    present = [v for v in POPULATION_VARS if v in model.named_vars]
+    values = dict(zip(present, _evaluate(model, present, point)))
+    pop = {name: np.asarray(value)[..., None] for name, value in values.items()}
+    families = [str(f) for f in model.coords["family"]]
+    per_run = ["r0", "gain", "tau", "sigma"] + (["beta"] if "beta" in model.named_vars else [])
+    deterministic = dict(zip(per_run, _evaluate(model, per_run, point)))
+
+    offsets = {name: point[OFFSETS[name]] if OFFSETS[name] in point else np.zeros(len(prepared)) for name in PARAMS}
+    numpy_lik = numpy_prior = 0.0
+    for r, p in enumerate(prepared):
+        cov = covariates(p, centres, families)
+        loc, scale = run_prior(pop, cov, config)
+        theta = np.array([[np.ravel(loc[name])[0] + np.ravel(scale[name])[0] * offsets[name][r] for name in PARAMS]])
+        # The per-run transform matches the PyMC deterministics.
+        assert np.sinh(theta[0, 1]) == pytest.approx(float(deterministic["gain"][r]), rel=1e-9, abs=1e-12)
+        assert np.exp(theta[0, 2]) == pytest.approx(float(deterministic["tau"][r]), rel=1e-9)
+        assert theta[0, 0] == pytest.approx(float(deterministic["r0"][r]), rel=1e-9, abs=1e-12)
+        t, z, counts = bin_observations(p.t, p.z, config.max_bins)
+        numpy_lik += float(log_likelihood(config, theta, t, z, counts)[0])
+        sampled = [j for j, name in enumerate(PARAMS) if OFFSETS[name] in point]
+        loc_v = np.array([np.ravel(loc[PARAMS[j]])[0] for j in sampled])
+        scale_v = np.array([np.ravel(scale[PARAMS[j]])[0] for j in sampled])
+        # Density of theta minus the Jacobian of theta = loc + scale * e gives the density of the offsets e.
+        numpy_prior += float(normal_logpdf(theta[:, sampled], loc_v, scale_v)[0]) + float(np.sum(np.log(scale_v)))
+
+    pymc_lik = float(model.compile_logp(vars=[model["z_obs"]])(point))
+    pymc_prior = float(model.compile_logp(vars=[model[OFFSETS[n]] for n in PARAMS if OFFSETS[n] in point])(point))
+    assert numpy_lik == pytest.approx(pymc_lik, abs=1e-6, rel=1e-9)
+    assert numpy_prior == pytest.approx(pymc_prior, abs=1e-6, rel=1e-9)
+
+    # The forecast-time prior of a run (mixture over posterior draws; here one draw) is that same Normal.
+    dataset = xr.Dataset(
+        {name: (("chain", "draw") + tuple(model.named_vars_to_dims.get(name, ())), np.asarray(value)[None, None]) for name, value in values.items()},
+        coords={"family": families, "kind": list(model.coords["kind"])},
+    )
+    fitted = FittedModel(population=dataset, model_config=config, size_centres=centres)
+    p = prepared[0]
+    prior = RunPrior(fitted, p, np.random.default_rng(0))
+    loc, scale = run_prior(pop, covariates(p, centres, families), config)
+    theta = prior.sample(np.random.default_rng(2), 5)
+    expected = normal_logpdf(theta, np.array([np.ravel(loc[n])[0] for n in PARAMS]), np.array([np.ravel(scale[n])[0] for n in PARAMS]))
+    np.testing.assert_allclose(prior.logpdf(theta), expected, rtol=1e-9, atol=1e-6)
+
+
+def test_posterior_predictive_uses_the_likelihood_noise():
+    config = ModelConfig(noise_floor=0.0)
+    t = np.linspace(0.01, 1, 50)
+    params = {"r0": np.zeros(4000), "gain": np.ones(4000), "tau": np.full(4000, 0.3), "beta": np.full(4000, 2.0), "sigma": np.full(4000, 0.1)}
+    mu, predictive = simulate(config, t, params, np.random.default_rng(0))
+    resid = (predictive - mu).ravel()
+    # Student-t(4) with scale 0.1: variance nu / (nu - 2) * scale^2.
+    assert np.std(resid) == pytest.approx(0.1 * np.sqrt(2.0), rel=0.1)
+    np.testing.assert_allclose(mu[0], shape(config.form, t, 0.3, 2.0))
+
+
+@pytest.mark.parametrize("form", list(CURVE_FORMS))
+def test_every_registered_form_is_a_proper_curve(form):
+    pytensor = pytest.importorskip("pytensor")
+    import pytensor.tensor as pt
+
+    entry = CURVE_FORMS[form]
+    assert entry.name == form and entry.params[0] == "tau"
+    t = np.array([0.0, 0.05, 0.3, 0.9, 50.0])
+    values = shape(form, t, 0.3, 2.5)
+    assert values[0] == pytest.approx(0.0, abs=1e-6) and values[-1] == pytest.approx(1.0, abs=1e-4)
+    assert np.all(np.diff(values) >= 0)
+    symbolic = pytensor.function([], shape(form, pt.as_tensor(t), 0.3, 2.5, xp=pt))()
+    np.testing.assert_allclose(symbolic, values, rtol=1e-9, atol=1e-12)
+    t95 = plateau_progress(form, 0.3, 2.5)
+    assert shape(form, np.array([t95]), 0.3, 2.5)[0] == pytest.approx(0.95, abs=1e-6)
