@@ -214,10 +214,9 @@ class PlateauStoppingCallback(TrainerCallback):
         if not self.decisions:
             return ""
         decision = self.decisions[-1]
-        message = f"{decision.explain()} Best step so far: {decision.best_step}"
-        if self.best_checkpoint is not None:
-            message += f"; keep {self.best_checkpoint}"
-        return message + "."
+        if self.best_checkpoint is None:
+            return decision.explain()
+        return f"{decision.explain()} Checkpoint to keep: {self.best_checkpoint} (the one saved at or nearest before step {decision.best_step})."
 
     # ---------------------------------------------------------------- internals
 

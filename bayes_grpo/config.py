@@ -234,9 +234,10 @@ def merge(base: Any, overrides: Any) -> Any:
         return base
     if isinstance(overrides, type(base)):
         return overrides
+    what = "model_config" if isinstance(base, ModelConfig) else "sampler_config"
     if not isinstance(overrides, Mapping):
-        raise ModelError(f"expected a {type(base).__name__} or a dict of overrides, got {type(overrides).__name__}")
-    _check_keys(type(base), overrides, type(base).__name__)
+        raise ModelError(f"{what} must be a {type(base).__name__} or a dict of overrides, got {type(overrides).__name__}")
+    _check_keys(type(base), overrides, what)
     values = {**base.to_dict(), **dict(overrides)}
     if isinstance(base, ModelConfig) and isinstance(overrides.get("priors"), Mapping):
         values["priors"] = {**base.priors.__dict__, **overrides["priors"]}

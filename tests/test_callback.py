@@ -12,12 +12,14 @@ import numpy as np
 import pytest
 import torch
 from datasets import Dataset
-from transformers import LlamaConfig, LlamaForCausalLM, set_seed
+from hypothesis import given
+from hypothesis import strategies as st
+from transformers import LlamaConfig, LlamaForCausalLM, TrainerControl, TrainerState, set_seed
 from trl import GRPOConfig, GRPOTrainer
 
 import bayes_grpo as bg
-from bayes_grpo.callback import GAIN_KEY, PROBABILITY_KEY, PlateauStoppingCallback
-from bayes_grpo.errors import ModelError
+from bayes_grpo.callback import BEST_STEP_KEY, FINAL_KEYS, GAIN_KEY, PROBABILITY_KEY, PlateauStoppingCallback
+from bayes_grpo.errors import BayesGrpoError
 
 _spec = importlib.util.spec_from_file_location("make_trl_fixture", Path(__file__).parent / "fixtures" / "make_trl_fixture.py")
 _fixture = importlib.util.module_from_spec(_spec)
@@ -26,33 +28,31 @@ _spec.loader.exec_module(_fixture)  # type: ignore[union-attr]
 MAX_STEPS = 40
 
 
-def _model_or_skip() -> bg.FittedModel:
-    try:
-        return bg.default_model()
-    except ModelError as exc:
-        pytest.skip(f"no shipped default model yet ({exc})")
-
-
-def _train(reward_func, callback: PlateauStoppingCallback, tmp_path: Path, max_steps: int = MAX_STEPS) -> GRPOTrainer:
-    """A tiny GRPOTrainer run (2-layer Llama from a config, local char tokenizer) with ``callback``."""
-    set_seed(0)
-    torch.manual_seed(0)
-    tokenizer = _fixture.build_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
-        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-    )
-    args = GRPOConfig(
+def _config(tmp_path: Path, max_steps: int, **overrides: object) -> GRPOConfig:
+    options = dict(
         output_dir=str(tmp_path), max_steps=max_steps, per_device_train_batch_size=4, num_generations=4,
         max_completion_length=4, learning_rate=1e-3, logging_steps=1, save_strategy="no", report_to="none",
         use_cpu=True, bf16=False, seed=0, disable_tqdm=True,
-    )
+    )  # fmt: skip
+    options.update(overrides)
+    return GRPOConfig(**options)
+
+
+def _train(reward_func, callback: PlateauStoppingCallback, tmp_path: Path, max_steps: int = MAX_STEPS, **config: object) -> GRPOTrainer:
+    """A tiny GRPOTrainer run (1-layer Llama from a config, local char tokenizer) with ``callback``."""
+    set_seed(0)
+    torch.manual_seed(0)
+    tokenizer = _fixture.build_tokenizer()
+    model_config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
+        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+    )  # fmt: skip
     trainer = GRPOTrainer(
-        model=LlamaForCausalLM(config), reward_funcs=[reward_func], args=args,
+        model=LlamaForCausalLM(model_config), reward_funcs=[reward_func], args=_config(tmp_path, max_steps, **config),
         train_dataset=Dataset.from_dict({"prompt": [f"what is {a} + {b} ?" for a in range(4) for b in range(4)]}),
         processing_class=tokenizer, callbacks=[callback],
-    )
+    )  # fmt: skip
     with contextlib.redirect_stdout(io.StringIO()):
         trainer.train()
     return trainer
@@ -79,23 +79,52 @@ def rising_reward() -> object:
     return reward
 
 
+def peaked_reward() -> object:
+    """Rises for 12 trainer steps, then falls: the best checkpoint lies well before the end."""
+    calls = [0]
+    rng = np.random.default_rng(1)
+
+    def reward(completions: list[str], **_: object) -> list[float]:
+        calls[0] += 1
+        level = 0.05 * min(calls[0], 12) - 0.03 * max(calls[0] - 12, 0)
+        return list(level + 0.01 * rng.standard_normal(len(completions)))
+
+    return reward
+
+
 def test_stops_a_plateaued_run_early_and_logs_its_keys(tmp_path: Path) -> None:
     # A looser rule than the defaults so that 40 tiny steps are enough evidence of a plateau.
-    callback = PlateauStoppingCallback(_model_or_skip(), threshold=0.75, tolerance=0.05, check_every=5, min_fraction=0.25, verbose=False)
+    callback = PlateauStoppingCallback(bg.default_model(), threshold=0.75, tolerance=0.05, check_every=5, min_fraction=0.25, verbose=False)
     trainer = _train(flat_reward(), callback, tmp_path)
     assert callback.stopped_at is not None and trainer.state.global_step < MAX_STEPS
     assert callback.family == "llama" and 0 < callback.params_b < 1e-3
     logged = [e for e in trainer.state.log_history if PROBABILITY_KEY in e]
-    assert logged and all(GAIN_KEY in e for e in logged)
+    assert logged and all({GAIN_KEY, BEST_STEP_KEY, *FINAL_KEYS} <= set(e) for e in logged)
     assert logged[-1][PROBABILITY_KEY] >= 0.75
+    for entry in logged:
+        assert 1 <= entry[BEST_STEP_KEY] <= entry["step"]
+        assert entry["forecast/final_q05"] <= entry["forecast/final_q50"] <= entry["forecast/final_q95"]
+    assert callback.best_checkpoint is None  # save_strategy="no": no checkpoint to name
 
 
 def test_does_not_stop_a_rising_run(tmp_path: Path) -> None:
-    callback = PlateauStoppingCallback(_model_or_skip(), threshold=0.75, tolerance=0.05, check_every=5, min_fraction=0.25, verbose=False)
+    callback = PlateauStoppingCallback(bg.default_model(), threshold=0.75, tolerance=0.05, check_every=5, min_fraction=0.25, verbose=False)
     trainer = _train(rising_reward(), callback, tmp_path)
     assert callback.stopped_at is None and trainer.state.global_step == MAX_STEPS
     assert callback.decisions and all(not d.should_stop for d in callback.decisions if d.step < MAX_STEPS)
     assert any(PROBABILITY_KEY in e for e in trainer.state.log_history)
+
+
+def test_names_the_checkpoint_that_holds_the_best_step(tmp_path: Path) -> None:
+    callback = PlateauStoppingCallback(bg.default_model(), check_every=5, min_fraction=0.25, verbose=False)
+    trainer = _train(peaked_reward(), callback, tmp_path, max_steps=30, save_strategy="steps", save_steps=5)
+    best = callback.decisions[-1].best_step
+    assert 5 <= best <= 20  # the reward peaks at trainer step 12
+    saved = sorted(int(p.name.split("-")[1]) for p in tmp_path.glob("checkpoint-*"))
+    expected = max(n for n in saved if n <= best)
+    assert callback.best_checkpoint == tmp_path / f"checkpoint-{expected}" and callback.best_checkpoint.is_dir()
+    assert str(callback.best_checkpoint) in callback.stop_message()
+    assert any(e.get(BEST_STEP_KEY) == best for e in trainer.state.log_history)
 
 
 class _BrokenModel:
@@ -103,10 +132,74 @@ class _BrokenModel:
         raise RuntimeError("forecast exploded")
 
 
-def test_a_broken_model_warns_and_training_goes_on(tmp_path: Path) -> None:
+def test_a_broken_model_warns_once_and_training_goes_on(tmp_path: Path) -> None:
     callback = PlateauStoppingCallback(_BrokenModel(), check_every=2, min_fraction=0.0, verbose=False)  # type: ignore[arg-type]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        trainer = _train(flat_reward(), callback, tmp_path, max_steps=12)
+    assert trainer.state.global_step == 12
+    assert sum("forecast exploded" in str(w.message) for w in caught) == 1
+
+
+def test_a_missing_reward_key_warns_once_and_training_goes_on(tmp_path: Path) -> None:
+    callback = PlateauStoppingCallback(bg.default_model(), reward_key="accuracy", check_every=2, min_fraction=0.0, verbose=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         trainer = _train(flat_reward(), callback, tmp_path, max_steps=8)
-    assert trainer.state.global_step == 8
-    assert any("forecast exploded" in str(w.message) for w in caught)
+    assert trainer.state.global_step == 8 and not callback.decisions
+    messages = [str(w.message) for w in caught if "PlateauStoppingCallback" in str(w.message)]
+    assert len(messages) == 1 and "no 'accuracy' in the trainer's logs" in messages[0] and "reward" in messages[0]
+
+
+@pytest.mark.parametrize("bad", [None, "0.7", float("nan"), True])
+def test_non_numeric_rewards_warn_once(tmp_path: Path, bad: object) -> None:
+    callback = PlateauStoppingCallback(bg.default_model(), check_every=1, min_fraction=0.0, verbose=False)
+    state = TrainerState(global_step=0, max_steps=20)
+    args = _config(tmp_path, 20)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(1, 11):
+            state.global_step = step
+            logs = {"reward": bad if step % 2 else 0.5, "loss": 0.1}
+            state.log_history.append({**logs, "step": step})
+            callback.on_log(args, state, TrainerControl(), logs=logs)
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1 and "is not a number" in messages[0] and "skipped" in messages[0]
+    assert callback.decisions  # the numeric steps are still used
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"threshold": "0.9"}, "threshold must be a number between 0 and 1 (exclusive), got '0.9' (str)"),
+        ({"threshold": 1.0}, "threshold must be a number between 0 and 1"),
+        ({"threshold": 0}, "threshold must be a number between 0 and 1"),
+        ({"threshold": True}, "threshold must be a number between 0 and 1"),
+        ({"tolerance": -0.01}, "tolerance must be a number >= 0, got -0.01"),
+        ({"tolerance": "small"}, "tolerance must be a number >= 0"),
+        ({"check_every": 0}, "check_every must be a whole number >= 1, got 0"),
+        ({"check_every": 2.5}, "check_every must be a whole number >= 1"),
+        ({"check_every": "10"}, "check_every must be a whole number >= 1"),
+        ({"min_fraction": 1.0}, "min_fraction must be a number in [0, 1)"),
+        ({"params_b": -1.5}, "params_b must be a positive number"),
+        ({"reward_range": (1, 0)}, "reward_range must be two numbers (lo, hi) with lo < hi"),
+        ({"reward_range": "0,1"}, "reward_range must be two numbers"),
+        ({"reward_key": ""}, "reward_key must be the name of a logged metric"),
+        ({"n_draws": 0}, "n_draws must be a whole number >= 10"),
+        ({"model": "default"}, "model must be a FittedModel"),
+    ],
+)
+def test_bad_arguments_are_rejected_at_construction(kwargs: dict, message: str) -> None:
+    with pytest.raises(BayesGrpoError, match="^PlateauStoppingCallback: ") as info:
+        PlateauStoppingCallback(**kwargs)
+    assert message in str(info.value)
+
+
+@given(st.one_of(st.floats(allow_nan=True), st.integers(-5, 5), st.text(max_size=4), st.none()))
+def test_threshold_is_accepted_exactly_inside_the_unit_interval(value: object) -> None:
+    valid = isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value) and 0 < value < 1
+    if valid:
+        assert PlateauStoppingCallback(threshold=value).threshold == value
+    else:
+        with pytest.raises(BayesGrpoError):
+            PlateauStoppingCallback(threshold=value)

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import warnings
-from pathlib import Path
 
+import h5netcdf
 import numpy as np
 import pandas as pd
 import pytest
+import xarray as xr
 
 import bayes_grpo as bg
+from bayes_grpo.config import ModelConfig, SamplerConfig, merge
 from bayes_grpo.curves import fit_paper_law, reward_curve
 from bayes_grpo.errors import ModelError
+from bayes_grpo.model import DEFAULT_MODEL_PATH, FORMAT_ATTR, FORMAT_VERSION
+from bayes_grpo.settings import shared_runs_dir
 
-EXTERNAL = Path(__file__).resolve().parents[2] / "shared" / "external_runs" / "runs"
+SHARED = shared_runs_dir()
 TRUE_TAU = {"qwen": 0.15, "llama": 0.35}
 
 
@@ -39,7 +45,11 @@ def simulated_fit() -> tuple[bg.FittedModel, list[bg.RunLog], dict[str, float]]:
         gains[run.run_id] = gain
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = bg.fit(runs, form="weibull", draws=200, tune=300, chains=2, progressbar=False, seed=1)
+        model = bg.fit(
+            runs,
+            model_config=ModelConfig(form="weibull"),
+            sampler_config={"draws": 200, "tune": 300, "chains": 2, "progressbar": False, "seed": 1},
+        )
     return model, runs, gains
 
 
@@ -61,27 +71,83 @@ def test_fit_recovers_known_parameters(simulated_fit):
 @pytest.mark.slow
 def test_save_load_round_trip(simulated_fit, tmp_path):
     model, runs, _ = simulated_fit
-    model.save(tmp_path / "m")
-    loaded = bg.load_model(tmp_path / "m")
+    assert model.model_config.form == "weibull" and model.sampler_config.draws == 200 and model.sampler_config.tune == 300
+    assert model.fitted_on["runs"] == [r.run_id for r in runs] and model.fitted_on["n_runs"] == len(runs)
+    path = model.save(tmp_path / "m.nc")
+    assert list(tmp_path.iterdir()) == [path], "save writes exactly one file"
+    loaded = bg.load_model(path)
     assert loaded.form == model.form and loaded.families == model.families
+    assert loaded.model_config == model.model_config and loaded.sampler_config == model.sampler_config
+    assert loaded.size_centres == pytest.approx(model.size_centres) and loaded.fitted_on == model.fitted_on
+    assert loaded.diagnostics == model.diagnostics
     before = model.forecast(runs[0].head(40), seed=3).to_frame()
     after = loaded.forecast(runs[0].head(40), seed=3).to_frame()
     pd.testing.assert_frame_equal(before, after)
     assert loaded.idata is not None and "log_likelihood" in loaded.idata
+    compact = bg.load_model(model.save(tmp_path / "compact" / "m.nc", full=False))
+    assert compact.idata is None and set(compact.population.data_vars) == set(model.population.data_vars)
+    assert (tmp_path / "compact" / "m.nc").stat().st_size < path.stat().st_size
 
 
-def test_load_model_rejects_a_folder_that_is_not_a_model(tmp_path):
+def test_load_model_refuses_what_is_not_a_model_file(tmp_path):
     with pytest.raises(ModelError, match="not a saved bayes_grpo model"):
         bg.load_model(tmp_path)
+    with pytest.raises(ModelError, match="no such model file"):
+        bg.load_model(tmp_path / "missing.nc")
+    foreign = tmp_path / "foreign.nc"
+    xr.Dataset({"x": ("i", np.arange(3.0))}).to_netcdf(foreign, engine="h5netcdf")
+    with pytest.raises(ModelError, match="not a saved bayes_grpo model") as info:
+        bg.load_model(foreign)
+    assert "\n" not in str(info.value)
+    text = tmp_path / "notes.nc"
+    text.write_text("hello")
+    with pytest.raises(ModelError, match="not a saved bayes_grpo model"):
+        bg.load_model(text)
 
 
-def test_default_model_loads_offline_and_is_small(monkeypatch):
+def test_load_model_refuses_another_format_version(tmp_path):
+    path = tmp_path / "old.nc"
+    shutil.copyfile(DEFAULT_MODEL_PATH, path)
+    with h5netcdf.File(path, "a") as handle:
+        handle.attrs[FORMAT_ATTR] = FORMAT_VERSION + 1
+    with pytest.raises(ModelError, match=f"format {FORMAT_VERSION + 1}"):
+        bg.load_model(path)
+
+
+def test_default_model_is_one_small_versioned_file_that_loads_offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     model = bg.default_model()
-    assert model.families
-    folder = Path(bg.model.__file__).parent / "assets" / "default_model"
-    assert sum(f.stat().st_size for f in folder.iterdir()) < 5 * 1024**2
-    assert model.config["runs"], "the default model records which runs it was fitted on"
+    assert model.families and model.form == "loglogistic"
+    assert DEFAULT_MODEL_PATH.stat().st_size < 5 * 1024**2
+    with h5netcdf.File(DEFAULT_MODEL_PATH, "r") as handle:
+        attrs = dict(handle.attrs)
+    assert int(attrs[FORMAT_ATTR]) == FORMAT_VERSION and attrs["package_version"] == bg.__version__
+    assert json.loads(attrs["model_config"])["form"] == "loglogistic"
+    assert model.fitted_on["runs"] and model.fitted_on["n_runs"] == 77, "the default model records what it was fitted on"
+    assert model.diagnostics is not None and model.diagnostics.divergences == 0
+
+
+def test_configs_take_overrides_and_refuse_unknown_settings():
+    assert merge(ModelConfig(), {"max_bins": 30, "priors": {"tau_sd_scale": 0.5}}).max_bins == 30
+    merged = merge(ModelConfig(), {"priors": {"tau_sd_scale": 0.5}})
+    assert merged.priors.tau_sd_scale == 0.5 and merged.priors.gain_sd_scale == ModelConfig().priors.gain_sd_scale
+    assert ModelConfig.from_dict(ModelConfig(form="logistic").to_dict()) == ModelConfig(form="logistic")
+    assert merge(SamplerConfig(seed=3), None) == SamplerConfig(seed=3)
+    with pytest.raises(ModelError, match="unknown curve form"):
+        ModelConfig(form="cubic")
+    with pytest.raises(ModelError, match="unknown model_config setting"):
+        merge(ModelConfig(), {"max_bin": 3})
+    with pytest.raises(ModelError, match="sampler_config.sampler"):
+        SamplerConfig(sampler="hmc")
+    with pytest.raises(ModelError, match="unknown sampler_config setting"):
+        bg.fit([simulated_run("x", "qwen", 0.3, seed=0)], sampler_config={"draw": 10})
+
+
+def test_sampler_defaults_follow_quick_mode(monkeypatch):
+    monkeypatch.setenv("BAYES_GRPO_QUICK", "1")
+    assert SamplerConfig().draws == 200 and SamplerConfig().tune == 200
+    monkeypatch.setenv("BAYES_GRPO_QUICK", "0")
+    assert SamplerConfig().draws == 1000 and SamplerConfig().chains == 2
 
 
 def test_forecast_frame_is_a_valid_fan_up_to_total_steps():
@@ -135,10 +201,10 @@ def test_forecast_needs_total_steps_when_the_log_has_none():
         bg.default_model().forecast(run)
 
 
-@pytest.mark.skipif(not EXTERNAL.is_dir(), reason="../shared/external_runs is not beside this checkout")
+@pytest.mark.skipif(SHARED is None, reason="no shared external runs (set BAYES_GRPO_SHARED_RUNS)")
 def test_forecasts_of_every_external_run_from_30_percent():
     model = bg.default_model()
-    for run in bg.load_runs(EXTERNAL):
+    for run in bg.load_runs(SHARED / "runs"):
         head = run.head(int(run.steps[max(2, int(0.3 * len(run.steps))) - 1]))
         forecast = model.forecast(head, total_steps=int(run.total_steps or run.steps[-1]))
         frame = forecast.to_frame()

@@ -46,7 +46,8 @@ def sig(x: float, digits: int = 5) -> float:
 
 def run_id(args: argparse.Namespace) -> str:
     """File stem that identifies a run by its settings (recipe options appear when not the default)."""
-    stem = f"{args.family}-{args.size}-{args.task}{args.digits}-noise{args.noise:g}"
+    digits = tasks.DEFAULT_DIGITS[args.task] if args.digits is None else args.digits
+    stem = f"{args.family}-{args.size}-{args.task}{digits}-noise{args.noise:g}"
     recipe = [f"{k}{getattr(args, k):g}" for k in ("lr", "beta") if getattr(args, k) != _DEFAULTS[k]]
     recipe += [f"{k}{getattr(args, k)}" for k in ("lr_schedule",) if getattr(args, k) != _DEFAULTS[k]]
     recipe += [f"{short}{getattr(args, k)}" for k, short in (("num_generations", "g"), ("prompts_per_step", "p"),
@@ -170,6 +171,8 @@ def generate_run(args: argparse.Namespace) -> Path:
 
     if args.max_steps <= 0 or args.prompts_per_step <= 0 or args.num_generations < 2:
         raise ValueError("max_steps and prompts_per_step must be positive and num_generations at least 2")
+    if args.digits is None:
+        args.digits = tasks.DEFAULT_DIGITS[args.task]
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
     seed_all(args.seed)
@@ -195,7 +198,7 @@ def generate_run(args: argparse.Namespace) -> Path:
     stem = run_id(args)
     tmp = tempfile.mkdtemp(prefix="bayes_grpo_trainer_")  # trainer scratch; nothing is saved there
     config = GRPOConfig(
-        output_dir=tmp, use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False,
+        output_dir=tmp, use_cpu=True, bf16=False, fp16=False,
         learning_rate=args.lr, lr_scheduler_type=args.lr_schedule,
         warmup_steps=round(args.lr_warmup * args.max_steps) if args.lr_schedule != "constant" else 0,
         per_device_train_batch_size=args.prompts_per_step * args.num_generations,
@@ -277,10 +280,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--family", choices=FAMILIES, default="llama")
     p.add_argument("--size", choices=list(SIZES), default="xs")
     p.add_argument("--task", choices=sorted(tasks.TASKS), default="reverse")
-    p.add_argument("--digits", type=int, default=4)
+    p.add_argument("--digits", type=int, default=None, help="input length (default: tasks.DEFAULT_DIGITS[task])")
     p.add_argument("--noise", type=float, default=0.5, help="label-noise probability of the noisy warm-up phase")
-    p.add_argument("--clean-steps", type=int, default=150, help="warm-up steps on correct answers")
-    p.add_argument("--noisy-steps", type=int, default=50, help="warm-up steps on noisy answers")
+    p.add_argument("--clean-steps", type=int, default=120, help="warm-up steps on correct answers")
+    p.add_argument("--noisy-steps", type=int, default=40, help="warm-up steps on noisy answers")
     p.add_argument("--warmup-lr", type=float, default=WARMUP_LR, help="warm-up learning rate (same for every size)")
     p.add_argument("--warmup-batch", type=int, default=32)
     p.add_argument("--warmup-examples", type=int, default=3000)

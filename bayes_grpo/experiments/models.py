@@ -22,10 +22,10 @@ PAD, EOS = "<pad>", "</s>"
 
 # name -> (hidden size, layers, attention heads, MLP width)
 SIZES: dict[str, tuple[int, int, int, int]] = {
-    "xs": (32, 2, 2, 64),
-    "s": (64, 2, 4, 128),
-    "m": (96, 3, 4, 256),
-    "l": (128, 4, 4, 384),
+    "xs": (24, 2, 2, 48),
+    "s": (48, 2, 4, 128),
+    "m": (80, 3, 4, 192),
+    "l": (112, 3, 4, 320),
 }
 # supervised warm-up learning rate, the same for every size so that size is not confounded with it
 WARMUP_LR = 2e-3

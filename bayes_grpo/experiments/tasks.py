@@ -70,6 +70,8 @@ def _reverse(rng: random.Random, digits: int) -> Example:
 
 
 TASKS: dict[str, Callable[[random.Random, int], Example]] = {"add": _add, "sort": _sort, "reverse": _reverse}
+DEFAULT_DIGITS: dict[str, int] = {"add": 2, "sort": 4, "reverse": 4}
+"""Input length per task when none is given (2-digit addition: 10^4 prompts; 4-digit strings: 10^4)."""
 
 
 def split_of(prompt: str) -> str:
@@ -146,8 +148,8 @@ def max_answer_length(task: str, digits: int) -> int:
 def noisy_target(ex: Example, noise: float, rng: random.Random) -> str:
     """Supervised warm-up target: the answer and terminator, or with probability ``noise`` a corrupted one.
 
-    A corrupted target has one to all of its digits replaced at random, and half of
-    the corrupted targets also lose the terminator, so every reward function starts
+    A corrupted target has one to all of its digits replaced at random, and a quarter
+    of the corrupted targets also lose the terminator, so every reward function starts
     below its maximum and GRPO has something to learn for each.
     """
     if rng.random() >= noise:
@@ -156,7 +158,7 @@ def noisy_target(ex: Example, noise: float, rng: random.Random) -> str:
     for i in rng.sample(range(len(chars)), rng.randint(1, len(chars))):
         chars[i] = rng.choice("0123456789")
     wrong = "".join(chars)
-    return wrong if rng.random() < 0.5 else wrong + TERMINATOR
+    return wrong if rng.random() < 0.25 else wrong + TERMINATOR
 
 
 def _body(completion: str) -> str:

@@ -13,6 +13,7 @@ planned steps.
 from __future__ import annotations
 
 import ast
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -135,18 +136,31 @@ def _steps_after_resumes(dicts: list[dict]) -> list[int] | None:
 
     Before the first resume the step is the dict's position (1, 2, ...). The
     epoch advances by a fixed amount per logged dict, measured on that first
-    stretch; a dict printed after a resume goes back to ``epoch / amount``.
+    stretch; a dict whose epoch goes back, or repeats where the printed
+    precision (4 significant digits) would show every advance, starts a
+    resumed stretch at step ``epoch / amount``.
     """
     epochs = [_epoch(d) for d in dicts]
     if len(dicts) < 2 or any(e is None for e in epochs):
         return None
-    resumes = [i for i in range(1, len(epochs)) if epochs[i] < epochs[i - 1]]  # type: ignore[operator]
-    if not resumes or epochs[resumes[0] - 1] <= 0:  # type: ignore[operator]
+    values = [float(e) for e in epochs]  # type: ignore[arg-type]
+    first = next((i for i in range(1, len(values)) if values[i] <= values[i - 1]), None)
+    if first is None or values[first - 1] <= 0:
         return None
-    per_dict = epochs[resumes[0] - 1] / resumes[0]  # type: ignore[operator]
+    per_dict = values[first - 1] / first
+
+    def resumed(i: int) -> bool:
+        if values[i] < values[i - 1]:
+            return True
+        resolution = 10 ** (math.floor(math.log10(abs(values[i]))) - 3) if values[i] else 0.0
+        return values[i] == values[i - 1] and per_dict > 1.5 * resolution
+
+    resumes = {i for i in range(1, len(values)) if resumed(i)}
+    if not resumes:
+        return None
     steps, current = [], 0
-    for i, epoch in enumerate(epochs):
-        current = max(1, round(epoch / per_dict)) if i in resumes else current + 1  # type: ignore[operator]
+    for i, epoch in enumerate(values):
+        current = max(1, round(epoch / per_dict)) if i in resumes else current + 1
         steps.append(current)
     return steps
 

@@ -58,10 +58,11 @@ def normalise_family(name: str) -> str:
 def infer_model(name: str) -> tuple[str | None, float | None]:
     """Family and size (billions of parameters) read from a model name.
 
-    The family is the first known family named in the name (after a
-    ``Distill-`` it is the distilled-into architecture); the size is the first
-    ``<number>B`` or ``<number>M`` token (``135M`` -> 0.135). Either is None
-    when the name does not say it (``"microsoft/Phi-3-mini"`` has no size).
+    The family is the first known family named in the model's own name (the
+    part after the last ``/``, else the whole name; after ``Distill-`` it is
+    the distilled-into architecture); the size is the first ``<number>B`` or
+    ``<number>M`` token (``135M`` -> 0.135). Either is None when the name does
+    not say it (``"microsoft/Phi-3-mini"`` has no size).
 
     Parameters
     ----------
@@ -82,14 +83,15 @@ def infer_model(name: str) -> tuple[str | None, float | None]:
     """
     text = str(name).strip().lower()
     text = re.sub(r"models--([^/\\]+)--([^/\\]+)", r"\1/\2", text)  # hub cache folder names
-    distilled = text.split("distill", 1)[1] if "distill" in text else ""
-    found = _FAMILY_RE.search(distilled) or _FAMILY_RE.search(text)
+    tail = text.rstrip("/").rsplit("/", 1)[-1]  # the model's own name, without the organisation
+    distilled = tail.split("distill", 1)[1] if "distill" in tail else ""
+    found = _FAMILY_RE.search(distilled) or _FAMILY_RE.search(tail) or _FAMILY_RE.search(text)
     family = None
     if found:
         token = re.sub(r"[-_ ]", "-", found.group(1))
         family = _ALIASES.get(token.replace("-", ""), None) or normalise_family(token)
     size = None
-    if match := _SIZE_RE.search(text):
+    if match := _SIZE_RE.search(tail) or _SIZE_RE.search(text):
         number = float(match.group(1))
         size = number if match.group(2) == "b" else number / 1000
         size = size if size > 0 else None

@@ -150,7 +150,8 @@ def read_jsonl(path: Path, encoding: str | None = None) -> tuple[pd.DataFrame, d
             # A multi-byte character cut at the very end of the file: part of a cut last line.
             if exc.reason == "unexpected end of data" and exc.end == len(data) and b"\n" not in data[exc.start :]:
                 data, cut_bytes = data[: exc.start], data[exc.start :]
-    lines = decode(data, path, encoding).splitlines()
+    # Only "\n" ends a JSONL line: str.splitlines() would also split inside strings at U+0085, U+2028, ...
+    lines = [line.removesuffix("\r") for line in decode(data, path, encoding).split("\n")]
     numbered = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
     records = []
     for position, (number, line) in enumerate(numbered):
