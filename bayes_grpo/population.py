@@ -131,20 +131,20 @@ def population_priors(config: ModelConfig) -> dict[str, Any]:
         "gain_size": pm.Normal("gain_size", 0.0, p.gain_size_scale),
         "gain_init": pm.Normal("gain_init", 0.0, p.gain_init_scale),
         "fam_gain_sd": pm.HalfNormal("fam_gain_sd", p.fam_gain_sd_scale),
-        "tau_mu": pm.Normal("tau_mu", p.tau_mu_loc, p.tau_mu_scale),
-        "tau_sd": pm.HalfNormal("tau_sd", p.tau_sd_scale),
-        "tau_size": pm.Normal("tau_size", 0.0, p.tau_size_scale),
-        "tau_init": pm.Normal("tau_init", 0.0, p.tau_init_scale),
-        "fam_tau_sd": pm.HalfNormal("fam_tau_sd", p.fam_tau_sd_scale),
-        "r0_sd": pm.HalfNormal("r0_sd", sigma=np.array(p.r0_sd_scale), dims="kind"),
-        "sig_mu": pm.Normal("sig_mu", mu=np.array(p.sig_mu_loc), sigma=np.array(p.sig_mu_scale), dims="kind"),
-        "sig_sd": pm.HalfNormal("sig_sd", p.sig_sd_scale, dims="kind"),
     }
     pop["fam_gain"] = pm.Deterministic("fam_gain", pop["fam_gain_sd"] * pm.Normal("fam_gain_raw", 0, 1, dims="family"), dims="family")
+    pop["tau_mu"] = pm.Normal("tau_mu", p.tau_mu_loc, p.tau_mu_scale)
+    pop["tau_sd"] = pm.HalfNormal("tau_sd", p.tau_sd_scale)
+    pop["tau_size"] = pm.Normal("tau_size", 0.0, p.tau_size_scale)
+    pop["tau_init"] = pm.Normal("tau_init", 0.0, p.tau_init_scale)
+    pop["fam_tau_sd"] = pm.HalfNormal("fam_tau_sd", p.fam_tau_sd_scale)
     pop["fam_tau"] = pm.Deterministic("fam_tau", pop["fam_tau_sd"] * pm.Normal("fam_tau_raw", 0, 1, dims="family"), dims="family")
     if get_form(config.form).has_beta:
         pop["beta_mu"] = pm.Normal("beta_mu", config.resolved_beta_centre(), p.beta_mu_scale)
         pop["beta_sd"] = pm.HalfNormal("beta_sd", p.beta_sd_scale)
+    pop["r0_sd"] = pm.HalfNormal("r0_sd", sigma=np.array(p.r0_sd_scale), dims="kind")
+    pop["sig_mu"] = pm.Normal("sig_mu", mu=np.array(p.sig_mu_loc), sigma=np.array(p.sig_mu_scale), dims="kind")
+    pop["sig_sd"] = pm.HalfNormal("sig_sd", p.sig_sd_scale, dims="kind")
     return pop
 
 
@@ -359,7 +359,7 @@ def build_model(prepared: list[PreparedRun], config: ModelConfig | None = None, 
         has_beta = get_form(config.form).has_beta
         theta = {
             name: loc[name] + scale[name] * pm.Normal(OFFSETS[name], 0, 1, dims="run")
-            for name in PARAMS
+            for name in ("asinh_gain", "log_tau", "r0", "log_sigma", "log_beta")
             if name != "log_beta" or has_beta
         }
         theta.setdefault("log_beta", pt.zeros(len(prepared)))

@@ -25,6 +25,7 @@ import numpy as np
 
 from bayes_grpo.errors import ModelError
 from bayes_grpo.logs import RunLog
+from bayes_grpo.measures import reward_spread
 
 SCALE_KINDS: tuple[str, ...] = ("range", "learned")
 # Initial reward (fraction of the range) that the population effects are centred on.
@@ -91,7 +92,8 @@ def start_level(p: PreparedRun) -> float:
 
 
 def spread_scale(rewards: np.ndarray) -> float:
-    """Learned reward unit of a run without a declared range: its 10-90% reward spread so far.
+    """Learned reward unit of a run without a declared range: its 10-90% reward spread so far
+    (:func:`bayes_grpo.measures.reward_spread`).
 
     Floored at twice the per-step noise so that a run that has not moved yet
     gets a unit set by its noise. Unlike the noise alone, this unit grows with
@@ -101,8 +103,7 @@ def spread_scale(rewards: np.ndarray) -> float:
     y = np.asarray(rewards, dtype=float)
     if y.size == 0:
         return 1e-3
-    q10, q90 = np.quantile(y, [0.1, 0.9])
-    return max(float(q90 - q10), 2.0 * noise_scale(y))
+    return max(reward_spread(y), 2.0 * noise_scale(y))
 
 
 def prepare_run(

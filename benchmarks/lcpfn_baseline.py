@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import json
 import math
 import random
 import sys
@@ -122,13 +123,14 @@ class TrainingReport:
     steps_done: int
     curves_seen: int
     seconds: float
+    total_seconds: float
     final_loss: float
     parameters: int
     seed: int
 
 
-def _deadline_batches(get_batch: Callable[..., Any], deadline: float, counter: list[int]) -> Callable[..., Any]:
-    """``get_batch`` that counts its calls and stops training at ``deadline``.
+def _deadline_batches(get_batch: Callable[..., Any], deadline: float, calls: list[float]) -> Callable[..., Any]:
+    """``get_batch`` that records the time of each call in ``calls`` and stops training at ``deadline``.
 
     :func:`lcpfn.train.train` catches ``KeyboardInterrupt`` in its epoch loop
     and returns the model trained so far, so raising it is the package's own
@@ -138,7 +140,7 @@ def _deadline_batches(get_batch: Callable[..., Any], deadline: float, counter: l
     def batches(*args: Any, **kwargs: Any) -> Any:
         if time.perf_counter() > deadline:
             raise KeyboardInterrupt
-        counter[0] += 1
+        calls.append(time.perf_counter())
         return get_batch(*args, **kwargs)
 
     return batches
@@ -149,13 +151,13 @@ def train_small_lcpfn(
     minutes: float = 15.0,
     *,
     emsize: int = 128,
-    nlayers: int = 3,
-    num_borders: int = 500,
-    batch_size: int = 50,
+    nlayers: int = 2,
+    num_borders: int = 200,
+    batch_size: int = 25,
     lr: float = 1e-3,
     seed: int = 0,
     threads: int = 2,
-    probe_seconds: float = 40.0,
+    probe_seconds: float = 45.0,
 ) -> TrainingReport:
     """Train a small LC-PFN on its published prior with :func:`lcpfn.train_lcpfn`, within a time budget.
 
@@ -212,18 +214,20 @@ def train_small_lcpfn(
 
     prior_batches = lcpfn.create_get_batch_func(prior=lcpfn.sample_from_prior)
     seeded(1)
-    probe_calls = [0]
-    probe_start = time.perf_counter()
-    lcpfn.train_lcpfn(_deadline_batches(prior_batches, probe_start + probe_seconds, probe_calls), epochs=1, **settings)
-    # The first call samples 10,000 curves for the bucket borders, the second the style probe.
-    probe_steps = max(probe_calls[0] - 2, 1)
-    per_step = (time.perf_counter() - probe_start) / probe_steps
-    left = minutes * 60 - (time.perf_counter() - started)
+    probe_calls: list[float] = []
+    lcpfn.train_lcpfn(_deadline_batches(prior_batches, time.perf_counter() + probe_seconds, probe_calls), epochs=1, **settings)
+    # The first call samples 10,000 curves for the bucket borders and the second
+    # is the data loader's style probe; training steps follow.
+    if len(probe_calls) < 4:
+        raise BayesGrpoError(f"the {probe_seconds:.0f} s timing probe did not reach two training steps; give it more time")
+    per_step = float(np.median(np.diff(probe_calls[2:])))
+    setup = probe_calls[2] - probe_calls[0]
+    left = minutes * 60 - (time.perf_counter() - started) - setup
     epochs = max(1, int(0.95 * left / (100 * per_step)))
     print(f"probe: {per_step:.2f} s per step -> {epochs} epochs of 100 steps in {left:.0f} s", flush=True)
 
     seeded(0)
-    calls = [0]
+    calls: list[float] = []
     main_start = time.perf_counter()
     total_loss, _, model, _ = lcpfn.train_lcpfn(
         _deadline_batches(prior_batches, started + minutes * 60, calls), epochs=epochs, **settings
@@ -232,10 +236,11 @@ def train_small_lcpfn(
     model.eval()
     out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(model, out)
-    steps = max(calls[0] - 2, 0)
+    steps = max(len(calls) - 2, 0)
     report = TrainingReport(
         path=str(out), emsize=emsize, nlayers=nlayers, num_borders=num_borders, batch_size=batch_size, lr=lr,
         epochs_planned=epochs, steps_done=steps, curves_seen=steps * batch_size, seconds=round(seconds, 1),
+        total_seconds=round(time.perf_counter() - started, 1),
         final_loss=float(total_loss), parameters=sum(p.numel() for p in model.parameters()), seed=seed,
     )  # fmt: skip
     load_lcpfn.cache_clear()
@@ -302,8 +307,11 @@ def _binned(steps: np.ndarray, rewards: np.ndarray, total_steps: float) -> tuple
     return means.index.to_numpy(), means.to_numpy()
 
 
-def _normaliser(head: np.ndarray, reward_range: tuple[float, float] | None) -> tuple[Callable, Callable]:
-    """``lcpfn.utils.pfn_normalize`` for a reward curve (maximised), as (to [0,1], back)."""
+def _normaliser(head: np.ndarray, reward_range: tuple[float, float] | None, headroom: float = 1.0) -> tuple[Callable, Callable]:
+    """``lcpfn.utils.pfn_normalize`` for a reward curve (maximised), as (to [0,1], back).
+
+    Without a reward range the soft range is ``[q05, q95 + headroom * (q95 - q05)]`` of the head.
+    """
     from lcpfn import utils
 
     if reward_range is not None:
@@ -314,7 +322,7 @@ def _normaliser(head: np.ndarray, reward_range: tuple[float, float] | None) -> t
     q05, q95 = np.quantile(head, [0.05, 0.95])
     width = max(float(q95 - q05), 1e-3 * max(1.0, abs(float(np.median(head)))))
     inf = torch.tensor(float("inf"), dtype=torch.float64)
-    return utils.pfn_normalize(lb=-inf, ub=inf, soft_lb=float(q05), soft_ub=float(q05) + 2 * width, minimize=False)
+    return utils.pfn_normalize(lb=-inf, ub=inf, soft_lb=float(q05), soft_ub=float(q05) + (1 + headroom) * width, minimize=False)
 
 
 def lcpfn_forecast(
@@ -325,6 +333,7 @@ def lcpfn_forecast(
     *,
     window_steps: Sequence[float] | None = None,
     reward_range: tuple[float, float] | None = None,
+    headroom: float = 1.0,
     weights: Path = DEFAULT_WEIGHTS,
 ) -> LcpfnForecast:
     """LC-PFN's forecast of the mean reward over the final window, from the observed head.
@@ -342,6 +351,9 @@ def lcpfn_forecast(
         10% of ``total_steps``).
     reward_range : (float, float), optional
         Declared (min, max) attainable reward; without it the head sets the scale.
+    headroom : float
+        Without a reward range, room left above the head in the normalisation's
+        soft range, in units of the head's 5-95% range (module docstring).
     weights : Path
         Model saved by :func:`train_small_lcpfn`.
 
@@ -370,14 +382,17 @@ def lcpfn_forecast(
         window_steps = np.arange(math.floor(0.9 * total_steps) + 1, int(total_steps) + 1)
     model = load_lcpfn(Path(weights))
     x_seen, y_seen = _binned(steps, rewards, total_steps)
-    to_unit, from_unit = _normaliser(y_seen, reward_range)
+    to_unit, from_unit = _normaliser(y_seen, reward_range, headroom)
     window_epochs, counts = np.unique(_epochs(np.asarray(window_steps, float), total_steps), return_counts=True)
     weight = counts / counts.sum()
     y_unit = to_unit(torch.tensor(y_seen, dtype=torch.float64)).clamp(0.0, 1.0).float()
     levels = sorted({*map(float, quantiles), *_MEAN_LEVELS.tolist()})
     with torch.no_grad():
-        unit = model.predict_quantiles(
-            torch.tensor(x_seen, dtype=torch.float32), y_unit, torch.tensor(window_epochs, dtype=torch.float32), levels
+        unit = model.predict_quantiles(  # LC-PFN takes (points, 1) columns; returns (test points, levels)
+            torch.tensor(x_seen, dtype=torch.float32).unsqueeze(-1),
+            y_unit.unsqueeze(-1),
+            torch.tensor(window_epochs, dtype=torch.float32).unsqueeze(-1),
+            levels,
         )
     values = from_unit(unit.double().clamp(_EDGE, 1 - _EDGE)).numpy()  # (window epochs, levels)
     window_values = weight @ values
@@ -425,7 +440,7 @@ def lcpfn_quantiles(
 # ------------------------------------------------------------------ evaluation
 
 
-def evaluate_run(run: RunLog, fraction: float, *, weights: Path = DEFAULT_WEIGHTS) -> dict[str, Any] | None:
+def evaluate_run(run: RunLog, fraction: float, *, headroom: float = 1.0, weights: Path = DEFAULT_WEIGHTS) -> dict[str, Any] | None:
     """Score LC-PFN on one run cut at ``fraction``: a row with the columns of :func:`bayes_grpo.calibration.evaluate_run`.
 
     Parameters
@@ -434,6 +449,8 @@ def evaluate_run(run: RunLog, fraction: float, *, weights: Path = DEFAULT_WEIGHT
         The complete run.
     fraction : float
         Share of the planned steps observed (:func:`bayes_grpo.measures.cut`).
+    headroom : float
+        See :func:`lcpfn_forecast`.
     weights : Path
         The trained LC-PFN.
 
@@ -452,7 +469,7 @@ def evaluate_run(run: RunLog, fraction: float, *, weights: Path = DEFAULT_WEIGHT
     if head.last_step >= window[0]:
         return None
     truth, spread = measures.final_reward(run.rewards), measures.reward_spread(run.rewards)
-    fc = lcpfn_forecast(head.steps, head.rewards, total, window_steps=window, reward_range=run.reward_range, weights=weights)
+    fc = lcpfn_forecast(head.steps, head.rewards, total, window_steps=window, reward_range=run.reward_range, headroom=headroom, weights=weights)
     quantiles = fc.quantiles
     q05, q25, q75, q95 = (quantiles[q] for q in (0.05, 0.25, 0.75, 0.95))
     persistence = measures.persistence(head.rewards)
@@ -480,7 +497,9 @@ def evaluate_run(run: RunLog, fraction: float, *, weights: Path = DEFAULT_WEIGHT
     }  # fmt: skip
 
 
-def evaluate(runs: Sequence[RunLog], fractions: Sequence[float] = EVALUATION_FRACTIONS, *, weights: Path = DEFAULT_WEIGHTS) -> pd.DataFrame:
+def evaluate(
+    runs: Sequence[RunLog], fractions: Sequence[float] = EVALUATION_FRACTIONS, *, headroom: float = 1.0, weights: Path = DEFAULT_WEIGHTS
+) -> pd.DataFrame:
     """Rows of :func:`evaluate_run` for every run and fraction that can be scored.
 
     Parameters
@@ -489,6 +508,8 @@ def evaluate(runs: Sequence[RunLog], fractions: Sequence[float] = EVALUATION_FRA
         Complete runs.
     fractions : sequence of float
         Observed shares of the planned steps.
+    headroom : float
+        See :func:`lcpfn_forecast`.
     weights : Path
         The trained LC-PFN.
 
@@ -501,7 +522,7 @@ def evaluate(runs: Sequence[RunLog], fractions: Sequence[float] = EVALUATION_FRA
     -------
     >>> calibration.summarise(evaluate(runs))  # doctest: +SKIP
     """
-    rows = [row for run in runs for f in fractions if (row := evaluate_run(run, f, weights=weights)) is not None]
+    rows = [row for run in runs for f in fractions if (row := evaluate_run(run, f, headroom=headroom, weights=weights)) is not None]
     return pd.DataFrame(rows)
 
 
@@ -554,6 +575,19 @@ def prior_check(n_curves: int = 300, *, seed: int = 123, weights: Path = DEFAULT
 # ------------------------------------------------------------------ command line
 
 
+_METHOD = """How it is run: `benchmarks/lcpfn_baseline.py` (module docstring). A small LC-PFN is trained on CPU
+with `lcpfn.train_lcpfn` on `lcpfn.sample_from_prior` (the package's published prior: pow3, ilog2 and
+janoschek curves, increasing, in [0, 1], over epochs 1..100, with Gaussian noise), weights kept outside git.
+Each run is cut with `bayes_grpo.measures.cut` at 20/30/50% of its planned steps; steps become LC-PFN epochs
+(`ceil(100 * step / total_steps)`, points in one epoch averaged); rewards are normalised with
+`lcpfn.utils.pfn_normalize` (no declared reward range in these runs, so infinite hard bounds and the soft range
+`[q05, q95 + headroom * (q95 - q05)]` of the binned head, headroom 1 unless the command says otherwise); quantiles at the epochs of the final window are mapped back and
+averaged over the window. Scores: `bayes_grpo.measures` / `bayes_grpo.calibration.summarise`, in units of each
+run's 10-90% reward spread; error uses the forecast mean; truth = mean of the last 10% of logged steps.
+No fitting on the shared runs is involved (LC-PFN only sees its prior), so no cross-validation is needed.
+"""
+
+
 def _table(summary: pd.DataFrame) -> str:
     """The issue-11 table: error, persistence, coverages, misses, median 90% width, quantile score."""
     lines = [
@@ -576,14 +610,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     train.add_argument("--out", type=Path, default=DEFAULT_WEIGHTS)
     train.add_argument("--minutes", type=float, default=15.0)
     train.add_argument("--emsize", type=int, default=128)
-    train.add_argument("--nlayers", type=int, default=3)
-    train.add_argument("--num-borders", type=int, default=500)
-    train.add_argument("--batch-size", type=int, default=50)
+    train.add_argument("--nlayers", type=int, default=2)
+    train.add_argument("--num-borders", type=int, default=200)
+    train.add_argument("--batch-size", type=int, default=25)
     train.add_argument("--lr", type=float, default=1e-3)
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--threads", type=int, default=2)
     evaluate_cmd = sub.add_parser("evaluate", help="score it on the shared runs at 20/30/50%% observed")
     evaluate_cmd.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS)
+    evaluate_cmd.add_argument("--headroom", type=float, default=1.0, help="room above the head in the soft normalisation range")
     evaluate_cmd.add_argument("--shared", type=Path, default=None, help="folder with index.csv and runs/ (default: settings.shared_runs_dir())")
     evaluate_cmd.add_argument("--prior-curves", type=int, default=300, help="curves of the prior self-check (0: skip)")
     evaluate_cmd.add_argument("--out", type=Path, default=RESULTS / "lcpfn.md")
@@ -596,6 +631,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             batch_size=args.batch_size, lr=args.lr, seed=args.seed, threads=args.threads,
         )  # fmt: skip
         print(asdict(report))
+        args.out.with_suffix(".json").write_text(json.dumps(asdict(report), indent=1))
         return
 
     torch.set_num_threads(1)
@@ -604,11 +640,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise BayesGrpoError("the shared external runs were not found (pass --shared or set BAYES_GRPO_SHARED_RUNS)")
     runs = list(load_runs(folder / "runs"))
     started = time.perf_counter()
-    scores = evaluate(runs, weights=args.weights)
+    scores = evaluate(runs, headroom=args.headroom, weights=args.weights)
     seconds = time.perf_counter() - started
     summary = calibration.summarise(scores)
     hardest = calibration.summarise(calibration.hardest(scores))
+    trained = args.weights.with_suffix(".json")
     parts = [
+        "# LC-PFN baseline (issue 11)\n\n",
+        _METHOD,
+        f"\n## Training\n\n`{trained}`: " + (trained.read_text().strip() if trained.is_file() else "(no training report found)") + "\n\n",
         f"## LC-PFN on the {len(runs)} shared runs\n\n",
         f"Weights: `{args.weights}`; {len(scores)} forecasts in {seconds:.1f} s "
         f"({1000 * seconds / max(len(scores), 1):.0f} ms each). Command: `python {' '.join(sys.argv)}`\n\n",

@@ -151,8 +151,31 @@ def test_latin1_csv(value):
         try:
             content.decode("utf-8")
         except UnicodeDecodeError:  # the usual case; a few Latin-1 byte pairs happen to be valid UTF-8 too
-            with pytest.raises(bg.LogError, match=r"r\.csv: not valid UTF-8 \(byte 0x[0-9a-f]{2} at position \d+, line 2.*encoding="):
+            expected = r"r\.csv: not valid UTF-8 \(byte 0x[0-9a-f]{2} at position \d+, line 2.*looks like Latin-1/cp1252 text; pass encoding="
+            with pytest.raises(bg.LogError, match=expected):
                 bg.read_log(path)
         run = bg.read_log(path, encoding="latin-1")
     assert list(run.rewards) == [0.5, 0.6]
     assert run.meta.extra["dataset"] == value
+
+
+wandb_fragments = st.sampled_from(
+    ['"Step"', '"a - train/reward"', '"a - train/reward__MIN"', '"b - train/reward__MAX"', '"b - train/kl"', ",", "\n",
+     '""', '"1"', '"0.5"', '"nan"', '"x"', " - ", "__MIN", '"train/global_step"', '"-1"', '"1e400"']
+)  # fmt: skip
+
+
+@SETTINGS
+@given(parts=st.lists(wandb_fragments, max_size=50))
+def test_garbage_wandb_exports_only_raise_logerror(parts):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "export.csv"
+        path.write_text('"Step","a - train/reward"\n' + "".join(parts))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", LogWarning)
+                runs = bg.load_runs(path)
+        except bg.LogError:
+            return
+    for run in runs:
+        assert len(run) > 0 and np.all(np.isfinite(run.rewards)) and np.all(np.diff(run.steps) > 0)

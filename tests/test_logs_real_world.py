@@ -166,6 +166,24 @@ def test_resumed_200_step_console_log(tmp_path):
     assert run.rewards[99] == pytest.approx(0.1) and run.rewards[100] == pytest.approx(1.101)
 
 
+def test_resumed_unsloth_text_table(tmp_path):
+    """Two progress tables, the second continuing the first from step 9: 12 steps, the second's rows win."""
+    text = (FIXTURES / "unsloth_progress.txt").read_text()
+    lines = text.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("Step"))
+    rows = [line.split("\t") for line in lines[header + 1 :] if line.split("\t")[0].isdigit()]
+    again = ["\t".join([r[0], r[1], "0.9", *r[3:]]) for r in rows if int(r[0]) >= 9]
+    (tmp_path / "resumed.txt").write_text(text + "\n" + lines[header] + "\n" + "\n".join(again) + "\n")
+    with pytest.warns(LogWarning, match=r"4 logged step\(s\) were logged again \(steps 9, 10, 11, 12\)"):
+        run = bg.read_log(tmp_path / "resumed.txt")
+    assert list(run.steps) == list(range(1, 13)) and list(run.rewards[8:]) == [0.9] * 4
+    assert run.rewards[0] == pytest.approx(0.092593)
+    (tmp_path / "rerun.txt").write_text(text + "\n" + lines[header] + "\n" + "\n".join("\t".join(r) for r in rows[:5]) + "\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LogWarning)  # a second run from step 1 is another run, not a resume
+        assert len(bg.read_log(tmp_path / "rerun.txt")) == 12
+
+
 def test_console_log_without_resume_is_unchanged():
     with warnings.catch_warnings():
         warnings.simplefilter("error", LogWarning)
@@ -231,13 +249,26 @@ def test_model_name_in_console_printout(tmp_path):
     (tmp_path / "gemma.log").write_text(banner + loading + text)
     run = bg.read_log(tmp_path / "gemma.log")
     assert (run.family, run.params_b) == ("gemma", 2.0) and run.meta.provenance["family"] == "console"
+    cache = (
+        "loading configuration file config.json from cache at "
+        "/root/.cache/huggingface/hub/models--Qwen--Qwen2.5-0.5B-Instruct/snapshots/7ae5/config.json\n"
+    )
+    (tmp_path / "cache.log").write_text(cache + text)
+    assert bg.read_log(tmp_path / "cache.log").meta.extra["model"] == "Qwen/Qwen2.5-0.5B-Instruct"
+    vllm = (
+        "Initializing a V0 LLM engine (v0.8.1) with config: "
+        "model='unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit', speculative_config=None\n"
+    )
+    (tmp_path / "vllm.log").write_text(vllm + text)
+    assert (bg.read_log(tmp_path / "vllm.log").family, bg.read_log(tmp_path / "vllm.log").params_b) == ("qwen", 1.5)
     (tmp_path / "banner_only.log").write_text(banner + text)
     run = bg.read_log(tmp_path / "banner_only.log")
     assert (run.family, run.params_b) == ("gemma", None)
 
 
 def test_model_column_gives_family_and_size(tmp_path):
-    (tmp_path / "r.csv").write_text("step,reward,model\n1,0.1,HuggingFaceTB/SmolLM2-135M-Instruct\n2,0.2,HuggingFaceTB/SmolLM2-135M-Instruct\n")
+    model = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    (tmp_path / "r.csv").write_text(f"step,reward,model\n1,0.1,{model}\n2,0.2,{model}\n")
     run = bg.read_log(tmp_path / "r.csv")
     assert (run.family, run.params_b) == ("smollm", 0.135)
     assert run.meta.provenance == {"family": "model name (column)", "params_b": "model name (column)"}
@@ -270,3 +301,19 @@ def test_other_encoding_problems(tmp_path):
         bg.read_log(tmp_path / "u16.csv", encoding="klingon")
     (tmp_path / "bom.csv").write_bytes(b"\xef\xbb\xbfstep,reward\n1,0.5\n")
     assert list(bg.read_log(tmp_path / "bom.csv").steps) == [1]
+
+
+@pytest.mark.slow
+def test_fresh_resumed_grpotrainer_run_reads_back(tmp_path):
+    """Re-run the resumed-run generator with the installed TRL: 22 printed dicts still load as 20 steps."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "resumed"
+    subprocess.run([sys.executable, str(FIXTURES / "make_resumed_fixture.py"), str(out)], check=True, capture_output=True)
+    with pytest.warns(LogWarning, match=r"2 logged step\(s\) were logged again \(steps 11, 12\)"):
+        console = bg.read_log(out / "console.log")
+    state = bg.read_log(out)
+    assert list(console.steps) == list(state.steps) == list(range(1, 21))
+    np.testing.assert_allclose(console.rewards, state.rewards, rtol=1e-3)
+    assert state.family == "llama" and state.meta.provenance["family"] == "config.json"

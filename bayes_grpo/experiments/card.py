@@ -1,7 +1,19 @@
-"""Figures and summary statistics of the bundled sweep, for the data card (``data/README.md``).
+"""Curve-shape statistics, seed spread and a figure of the bundled sweep, for the data card (``data/README.md``).
 
-``python -m bayes_grpo.experiments.card --runs data/runs --figure data/curves.png`` draws all
-curves by family and size and prints the measured statistics as Markdown.
+``python -m bayes_grpo.experiments.card --runs data/runs --figure data/curves.png`` prints the
+card's tables as Markdown: the shape statistics of the bundled runs beside the shared real
+runs (when ``../shared/external_runs`` or ``BAYES_GRPO_SHARED_RUNS`` is there), runs per
+family x size cell, seed-to-seed spread per grid setting and speed; and draws all curves.
+
+The shape statistics use the reference definitions of ``shared/tools/curve_shapes.py``
+(re-implemented here so the card works without ``../shared``). Per run, with S the
+Gaussian-kernel smoother of the reward (bandwidth 8% of the steps, ``measures.smoothed``):
+
+* ``rise``: (S at end - S at start) / noise, noise = 1.4826 MAD(first differences) / sqrt(2);
+* ``t50``: fraction of the steps at which S first reaches half its climb from start to max;
+* ``decline``: (max S - S at end) / (max S - min S); "declined" when above 0.2;
+* ``took_off``: S at end is above S at start by at least half of S's range;
+* ``noise_rel``: noise / the run's 10-90% reward spread.
 """
 
 from __future__ import annotations
@@ -14,70 +26,182 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-SMOOTH = 20  # steps of the rolling mean used for "final reward" and curve comparisons
-TAKEOFF = 0.1  # a run whose gain is below this fraction of the reward range never took off
+from bayes_grpo.measures import smoothed
+from bayes_grpo.settings import SMOOTHING_BANDWIDTH, shared_runs_dir
+
+MIN_POINTS = 30  # runs with fewer logged rewards are left out, as in the shared tool
+DECLINE_CUT = 0.2
+STATISTICS = ("rise", "t50", "noise_rel")
 
 
-def load(runs: Path) -> list[tuple[dict, pd.DataFrame]]:
-    """(metadata, per-step table) of every run in ``runs``."""
-    out = []
-    for m in sorted(runs.glob("*.meta.json")):
-        out.append((json.loads(m.read_text()), pd.read_csv(m.with_name(m.name.replace(".meta.json", ".csv")))))
+def shape_stats(steps: np.ndarray, rewards: np.ndarray) -> dict[str, float]:
+    """Shape statistics of one reward curve (definitions in the module docstring).
+
+    Parameters
+    ----------
+    steps, rewards : numpy.ndarray
+        Logged steps (increasing) and rewards.
+
+    Returns
+    -------
+    dict
+        ``rise``, ``t50`` (NaN when S never exceeds its start), ``decline``, ``took_off`` (0 or 1), ``noise_rel``.
+
+    Example
+    -------
+    >>> s = np.arange(1.0, 101.0)
+    >>> round(shape_stats(s, np.minimum(s / 50, 1.0) + 0.01 * np.sin(7 * s))["took_off"])
+    1
+    """
+    steps = np.asarray(steps, dtype=float)
+    r = np.asarray(rewards, dtype=float)
+    span = steps.max() - steps.min() + 1
+    curve = smoothed(steps, r, SMOOTHING_BANDWIDTH, span=span)
+    d = np.diff(r)
+    noise = 1.4826 * np.median(np.abs(d - np.median(d))) / np.sqrt(2) + 1e-9
+    lo, hi = curve.min(), curve.max()
+    climb = curve[-1] - curve[0]
+    t50 = (steps[np.argmax(curve >= curve[0] + 0.5 * (hi - curve[0]))] - steps.min()) / span if hi > curve[0] else np.nan
+    spread = max(float(np.percentile(r, 90) - np.percentile(r, 10)), 1e-9)
+    return {"rise": climb / noise, "t50": t50, "decline": (hi - curve[-1]) / max(hi - lo, 1e-9),
+            "took_off": float(climb >= 0.5 * max(hi - lo, 1e-9)), "noise_rel": noise / spread}
+
+
+def folder_stats(folder: Path) -> pd.DataFrame:
+    """Shape statistics of every CSV log in ``folder`` (one row per run, indexed by file stem).
+
+    Parameters
+    ----------
+    folder : pathlib.Path
+        Folder of CSV logs with ``step`` and ``reward`` columns (``index.csv`` is skipped).
+
+    Returns
+    -------
+    pandas.DataFrame
+    """
+    rows = {}
+    for f in sorted(Path(folder).glob("*.csv")):
+        if f.name == "index.csv":
+            continue
+        df = pd.read_csv(f).dropna(subset=["reward"]).sort_values("step")
+        if len(df) >= MIN_POINTS:
+            rows[f.stem] = shape_stats(df["step"].to_numpy(float), df["reward"].to_numpy(float))
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def shape_summary(table: pd.DataFrame) -> dict[str, object]:
+    """Median and IQR of each statistic, share that took off and share that declined."""
+    out: dict[str, object] = {"n": len(table)}
+    for c in STATISTICS:
+        out[c] = [float(v) for v in table[c].quantile([0.25, 0.5, 0.75])]
+    out["took_off"] = float(table["took_off"].mean())
+    out["declined"] = float((table["decline"] > DECLINE_CUT).mean())
     return out
 
 
-def smooth(df: pd.DataFrame) -> pd.Series:
-    """Rolling mean of the reward over ``SMOOTH`` steps."""
-    return df["reward"].rolling(SMOOTH, min_periods=1).mean()
+def load(runs: Path) -> list[tuple[dict, pd.DataFrame]]:
+    """(metadata, per-step table) of every run in ``runs`` that has a ``.meta.json``."""
+    return [(json.loads(m.read_text()), pd.read_csv(m.with_name(m.name.replace(".meta.json", ".csv"))))
+            for m in sorted(Path(runs).glob("*.meta.json"))]
 
 
-def gain_fraction(meta: dict, df: pd.DataFrame) -> float:
-    """(final - initial reward) / reward range; final = mean of the last ``SMOOTH`` steps."""
-    lo, hi = meta["reward_range"]
-    return (float(df["reward"].iloc[-SMOOTH:].mean()) - meta["initial_reward"]) / (hi - lo)
+def _final(df: pd.DataFrame) -> float:
+    return float(df["reward"].iloc[-max(1, len(df) // 10):].mean())
 
 
-def curve_gap(a: pd.DataFrame, b: pd.DataFrame) -> tuple[float, float]:
-    """Mean and max absolute difference between two smoothed reward curves."""
-    d = (smooth(a) - smooth(b)).abs()
-    return float(d.mean()), float(d.max())
+def _is_grid(meta: dict) -> bool:
+    h = meta["hyperparameters"]
+    return (h["lr_scheduler_type"] == "constant" and h["beta"] == 0 and h["num_generations"] == 8
+            and h["prompts_per_step"] == 2 and meta["total_steps"] == 300 and h["learning_rate"] == GRID_LR)
 
 
-def summary(runs: list[tuple[dict, pd.DataFrame]]) -> dict:
-    """Measured statistics of the sweep (gains, take-off, seed spread, speed)."""
-    gains = np.array([gain_fraction(m, d) for m, d in runs])
-    by_cfg: dict[tuple, list] = {}
+GRID_LR = 1.5e-4
+
+
+def seed_spread(runs: list[tuple[dict, pd.DataFrame]]) -> pd.DataFrame:
+    """Per grid setting (family, size, task, noise): initial and final reward across seeds, with their SDs."""
+    rows = []
     for m, d in runs:
-        by_cfg.setdefault((m["family"], m["size"], m["warmup"]["label_noise"]), []).append((m, d))
-    seed_groups = {k: v for k, v in by_cfg.items() if len(v) > 1}
-    spread = {}
-    for k, group in seed_groups.items():
-        finals = [float(d["reward"].iloc[-SMOOTH:].mean()) for _, d in group]
-        gaps = [curve_gap(group[i][1], group[j][1]) for i in range(len(group)) for j in range(i + 1, len(group))]
-        spread["/".join(map(str, k))] = {
-            "seeds": [m["seeds"]["run"] for m, _ in group],
-            "initial_reward": [m["initial_reward"] for m, _ in group],
-            "final_reward": [round(f, 3) for f in finals],
-            "final_sd": round(float(np.std(finals, ddof=1)), 4),
-            "mean_abs_curve_gap": round(float(np.mean([g[0] for g in gaps])), 4),
-            "max_abs_curve_gap": round(float(np.max([g[1] for g in gaps])), 4),
-        }
-    sps = pd.DataFrame([{"size": m["size"], "n_params": m["n_params"], "s_per_step": m["s_per_step"],
-                         "wall_time_s": m["wall_time_s"]} for m, _ in runs])
-    return {
-        "runs": len(runs), "median_gain_fraction": round(float(np.median(gains)), 3),
-        "gain_fraction_quartiles": [round(float(q), 3) for q in np.quantile(gains, [0.25, 0.75])],
-        "never_took_off": [f"{m['family']}-{m['size']}-noise{m['warmup']['label_noise']}-s{m['seeds']['run']}"
-                           for (m, _), g in zip(runs, gains) if g < TAKEOFF],
-        "seed_spread": spread,
-        "s_per_step_by_size": sps.groupby("size")[["n_params", "s_per_step", "wall_time_s"]].median().round(4)
-        .sort_values("n_params").to_dict("index"),
-        "total_wall_time_s": round(float(sps["wall_time_s"].sum())),
-    }
+        if _is_grid(m):
+            rows.append({"family": m["family"], "size": m["size"], "task": m["task"], "noise": m["warmup"]["label_noise"],
+                         "seed": m["seeds"]["run"], "initial": m["initial_reward"], "final": _final(d)})
+    t = pd.DataFrame(rows)
+    g = t.groupby(["family", "size", "task", "noise"])
+    return pd.DataFrame({"seeds": g["seed"].count(), "initial_mean": g["initial"].mean(), "initial_sd": g["initial"].std(),
+                         "final_mean": g["final"].mean(), "final_sd": g["final"].std()}).reset_index()
+
+
+def _fmt(q: list[float]) -> str:
+    return f"{q[1]:.2f} ({q[0]:.2f}–{q[2]:.2f})"
+
+
+def card_markdown(runs_dir: Path, shared: Path | None) -> str:
+    """The card's measured tables as Markdown.
+
+    Parameters
+    ----------
+    runs_dir : pathlib.Path
+        Bundled runs (CSV + ``.meta.json``).
+    shared : pathlib.Path or None
+        Folder of the shared real runs' CSVs, or None to leave that column out.
+
+    Returns
+    -------
+    str
+    """
+    runs = load(runs_dir)
+    ours = shape_summary(folder_stats(runs_dir))
+    cols = [("bundled", ours)]
+    if shared is not None:
+        cols.append(("shared real runs", shape_summary(folder_stats(shared))))
+    head = " | ".join(f"{name} (n = {s['n']})" for name, s in cols)
+    lines = [f"| statistic | {head} |", "|---|" + "---|" * len(cols)]
+    for c in STATISTICS:
+        lines.append(f"| {c.replace('noise_rel', 'noise / spread')} (median, IQR) | "
+                     + " | ".join(_fmt(s[c]) for _, s in cols) + " |")
+    for c in ("took_off", "declined"):
+        lines.append(f"| {c.replace('_', ' ')} | " + " | ".join(f"{s[c]:.0%}" for _, s in cols) + " |")
+    meta = pd.DataFrame([{"family": m["family"], "size": m["size"], "n_params": m["n_params"], "task": m["task"],
+                          "grid": _is_grid(m), "s_per_step": m["s_per_step"], "wall_time_s": m["wall_time_s"],
+                          "warmup_time_s": m["warmup_time_s"], "initial": m["initial_reward"], "final": _final(d)}
+                         for m, d in runs])
+    cells = meta.pivot_table(index="family", columns="size", values="n_params", aggfunc="count")
+    sizes = meta.groupby("size")["n_params"].median().sort_values().index
+    lines += ["", "Runs per family × size cell (all runs; grid runs are 9 per cell):", "",
+              "| family | " + " | ".join(sizes) + " |", "|---|" + "---|" * len(sizes)]
+    lines += [f"| {f} | " + " | ".join(str(int(cells.loc[f, s])) for s in sizes) + " |" for f in cells.index]
+    params = meta.groupby(["family", "size"])["n_params"].first().unstack()[list(sizes)]
+    lines += ["", "Parameters:", "", "| family | " + " | ".join(sizes) + " |", "|---|" + "---|" * len(sizes)]
+    lines += [f"| {f} | " + " | ".join(f"{int(params.loc[f, s]):,}" for s in sizes) + " |" for f in params.index]
+    by_task = meta.groupby("task")[["initial", "final"]].median()
+    lines += ["", "Median initial and final reward (mean of the last 10% of steps) per task:", "",
+              "| task | runs | initial | final |", "|---|---|---|---|"]
+    lines += [f"| {t} | {int((meta.task == t).sum())} | {r.initial:.3f} | {r.final:.3f} |" for t, r in by_task.iterrows()]
+    spread = seed_spread(runs)
+    lines += ["", "Seed-to-seed spread per grid setting (3 seeds each; SD across seeds):", "",
+              "| family | size | task | noise | initial (mean ± sd) | final (mean ± sd) |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r.family} | {r['size']} | {r.task} | {r.noise:g} | {r.initial_mean:.3f} ± {r.initial_sd:.3f} | "
+              f"{r.final_mean:.3f} ± {r.final_sd:.3f} |" for _, r in spread.iterrows()]
+    lines += ["", f"Median SD across seeds: initial {spread.initial_sd.median():.3f}, final {spread.final_sd.median():.3f}."]
+    speed = meta.groupby("size")[["n_params", "s_per_step", "warmup_time_s", "wall_time_s"]].median().loc[sizes]
+    lines += ["", "Speed (medians per size; 1 torch thread per run on a shared 2-core CPU):", "",
+              "| size | params | GRPO s/step | warm-up s | wall s per run |", "|---|---|---|---|---|"]
+    lines += [f"| {s} | {int(r.n_params):,} | {r.s_per_step:.3f} | {r.warmup_time_s:.0f} | {r.wall_time_s:.0f} |"
+              for s, r in speed.iterrows()]
+    lines += ["", f"Total run wall time {meta.wall_time_s.sum() / 3600:.2f} h over {len(meta)} runs."]
+    return "\n".join(lines)
 
 
 def figure(runs: list[tuple[dict, pd.DataFrame]], path: Path) -> None:
-    """Grid of smoothed reward curves: rows = families, columns = sizes, colour = warm-up noise."""
+    """Grid of reward curves: rows = families, columns = sizes, colour = warm-up noise level.
+
+    Parameters
+    ----------
+    runs : list of (dict, pandas.DataFrame)
+        Output of :func:`load`.
+    path : pathlib.Path
+        PNG to write.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -92,41 +216,38 @@ def figure(runs: list[tuple[dict, pd.DataFrame]], path: Path) -> None:
     for m, d in runs:
         ax = axes[fams.index(m["family"])][sizes.index(m["size"])]
         c = colours[m["warmup"]["label_noise"]]
-        seed = m["seeds"]["run"]
-        ax.plot(d["step"], d["reward"], color=c, alpha=0.12, lw=0.6)
-        ax.plot(d["step"], smooth(d), color=c, lw=1.4, ls=("-", "--", ":")[seed % 3],
-                label=f"noise {m['warmup']['label_noise']}" + (f" seed {seed}" if seed else ""))
-        ax.scatter([0], [m["initial_reward"]], color=c, s=12, zorder=3)
-        ax.set_title(f"{m['family']} {m['size']} ({m['n_params'] / 1e3:.0f}k params)", fontsize=9)
+        steps = d["step"].to_numpy(float)
+        curve = smoothed(steps, d["reward"].to_numpy(float), SMOOTHING_BANDWIDTH)
+        ax.plot(steps, curve, color=c, lw=1.0, alpha=0.9 if _is_grid(m) else 0.5,
+                ls="-" if _is_grid(m) else ":", label=f"noise {m['warmup']['label_noise']:g}")
+        ax.set_title(f"{m['family']} {m['size']} (~{m['n_params'] / 1e3:.0f}k params)", fontsize=9)
     for ax in axes[-1]:
         ax.set_xlabel("GRPO step")
     for row in axes:
-        row[0].set_ylabel("reward")
+        row[0].set_ylabel("reward (smoothed)")
         for ax in row:
-            ax.set_ylim(-0.02, 1.3)
             ax.grid(alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    for row in axes:
-        for ax in row:
-            h, lab = ax.get_legend_handles_labels()
-            if len(h) > len(handles):
-                handles, labels = h, lab
-    fig.legend(handles, labels, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
-    fig.suptitle("Bundled GRPO runs (reverse 3 digits; reward = correctness 1.0 + format 0.25)\n"
-                 f"{SMOOTH}-step mean over the raw per-step reward; dot = initial reward before GRPO", fontsize=10)
-    fig.tight_layout(rect=(0, 0.04, 1, 0.97))
-    fig.savefig(path, dpi=110)
+    uniq = dict(zip(labels, handles))
+    fig.legend(list(uniq.values()), list(uniq.keys()), loc="lower center", ncol=len(uniq), fontsize=8, frameon=False)
+    fig.suptitle("Bundled GRPO runs (tasks add / sort / reverse; reward range 0–1.8)\n"
+                 "Gaussian-kernel smoother, bandwidth 8% of steps; dotted = recipe slice", fontsize=10)
+    fig.tight_layout(rect=(0, 0.04, 1, 0.95))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the statistics as JSON and write the figure."""
-    ap = argparse.ArgumentParser(description=__doc__)
+    """Print the card's tables as Markdown and write the figure; returns 0."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", default="data/runs")
-    ap.add_argument("--figure", default="data/curves.png")
+    ap.add_argument("--figure", default="data/curves.png", help="PNG to write ('' for none)")
+    ap.add_argument("--shared", default=None, help="folder of the shared real runs' CSVs (default: shared_runs_dir()/runs)")
     opts = ap.parse_args(argv)
-    runs = load(Path(opts.runs))
-    figure(runs, Path(opts.figure))
-    print(json.dumps(summary(runs), indent=1))
+    shared = Path(opts.shared) if opts.shared else (shared_runs_dir() / "runs" if shared_runs_dir() else None)
+    print(card_markdown(Path(opts.runs), shared))
+    if opts.figure:
+        figure(load(Path(opts.runs)), Path(opts.figure))
     return 0
 
 

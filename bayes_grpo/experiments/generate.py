@@ -288,7 +288,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup-batch", type=int, default=32)
     p.add_argument("--warmup-examples", type=int, default=3000)
     p.add_argument("--lr", type=float, default=3e-4, help="GRPO peak learning rate")
-    p.add_argument("--lr-schedule", choices=("constant", "cosine", "linear"), default="constant")
+    p.add_argument("--lr-schedule", choices=("constant", "constant_with_warmup", "cosine", "linear"), default="constant")
     p.add_argument("--lr-warmup", type=float, default=0.1,
                    help="LR warm-up as a fraction of --max-steps (schedules other than constant)")
     p.add_argument("--beta", type=float, default=0.0, help="KL coefficient")

@@ -46,9 +46,6 @@ __all__ = [
     "read_log", "read_runs",
 ]  # fmt: skip
 
-LOG_SUFFIXES = (".json", ".jsonl", ".ndjson", ".csv", ".tsv", ".txt", ".log", ".ipynb")
-"""File endings :func:`read_log` understands (plus TRL output directories)."""
-
 #: Environment variable that replaces the bundled runs folder for ``load_runs()``.
 DATA_ENV = "BAYES_GRPO_DATA"
 
@@ -71,6 +68,9 @@ _READERS: dict[str, Callable[[Path, str | None], _Raw]] = {
     ".json": _one(read_json), ".jsonl": _one(read_jsonl), ".ndjson": _one(read_jsonl), ".csv": read_csv_runs,
     ".tsv": read_csv_runs, ".txt": _one(_console), ".log": _one(_console), ".ipynb": _one(read_notebook),
 }  # fmt: skip
+
+LOG_SUFFIXES = tuple(_READERS)
+"""File endings :func:`read_log` understands (plus TRL output directories)."""
 
 
 def read_log(
@@ -181,8 +181,9 @@ def read_runs(
         for name, frame, found in _read_raw(path, encoding)
         for run_name, part in split_run_id(frame)
     ]
+    default_id = _default_run_id(path)
     return [
-        build_run(part, found, given, run_id, _default_run_id(path), str(path) if len(parts) == 1 else f"{path} (run {run_id!r})")
+        build_run(part, found, given, run_id, default_id, str(path) if len(parts) == 1 else f"{path} (run {run_id!r})")
         for run_id, part, found in parts
     ]
 

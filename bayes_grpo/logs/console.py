@@ -54,14 +54,32 @@ def banner_meta(text: str, label: str) -> dict:
     found: dict[str, Any] = {}
     if match := _TOTAL_STEPS_RE.search(text):
         found["total_steps"] = int(match.group(1).replace(",", ""))
-    found.update(model_meta(model_names_in_text(text)))
+    # Printed log dicts name metrics, never the model: leave them out of the search (and its cost).
+    prose = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("{"))
+    found.update(model_meta(model_names_in_text(prose)))
     if found:
         found["provenance"] = {k: label for k in found}
     return found
 
 
 def model_meta(names: list[str]) -> dict:
-    """``model``, ``family`` and ``params_b`` from the first name that gives a family (size from the first that gives one)."""
+    """``model``, ``family`` and ``params_b`` from the first name that gives a family (size from the first that gives one).
+
+    Parameters
+    ----------
+    names : list of str
+        Model names, most explicit first (from :func:`~bayes_grpo.logs.families.model_names_in_text`).
+
+    Returns
+    -------
+    dict
+        The keys that were found.
+
+    Example
+    -------
+    >>> model_meta(["Qwen2", "unsloth/Qwen2.5-1.5B-Instruct"])
+    {'family': 'qwen', 'model': 'unsloth/Qwen2.5-1.5B-Instruct', 'params_b': 1.5}
+    """
     found: dict[str, Any] = {}
     for name in names:
         family, size = infer_model(name)
@@ -138,14 +156,15 @@ def _steps_after_resumes(dicts: list[dict]) -> list[int] | None:
     epoch advances by a fixed amount per logged dict, measured on that first
     stretch; a dict whose epoch goes back, or repeats where the printed
     precision (4 significant digits) would show every advance, starts a
-    resumed stretch at step ``epoch / amount``.
+    resumed stretch at step ``epoch / amount``. Two equal epochs at the very
+    start say nothing (no checkpoint precedes step 1): order stays the step.
     """
     epochs = [_epoch(d) for d in dicts]
     if len(dicts) < 2 or any(e is None for e in epochs):
         return None
     values = [float(e) for e in epochs]  # type: ignore[arg-type]
     first = next((i for i in range(1, len(values)) if values[i] <= values[i - 1]), None)
-    if first is None or values[first - 1] <= 0:
+    if first is None or values[first - 1] <= 0 or (first == 1 and values[1] == values[0]):
         return None
     per_dict = values[first - 1] / first
 

@@ -17,6 +17,18 @@ _CONTROL = {chr(c) for c in range(32)} - {"\t", "\n", "\r", "\x0c"}
 def read_text(path: Path, encoding: str | None = None) -> str:
     """The file's text; UTF-8 (a BOM is dropped) unless ``encoding`` is given.
 
+    Parameters
+    ----------
+    path : pathlib.Path
+        The file.
+    encoding : str, optional
+        A Python codec name (``"latin-1"``, ``"cp1252"``, ``"utf-16"``, ...).
+
+    Returns
+    -------
+    str
+        The decoded text.
+
     Raises
     ------
     LogError
@@ -61,9 +73,11 @@ def _diagnose(data: bytes, exc: UnicodeDecodeError, path: Path) -> str:
             except UnicodeDecodeError:
                 continue
             if not _CONTROL & set(text):
-                start = max(0, exc.start - 15)
-                context = data[start : exc.start + 15].decode(guess).splitlines()
-                sample = max(context, key=len) if context else ""
+                line_start = data.rfind(b"\n", 0, exc.start) + 1
+                line_end = data.find(b"\n", exc.start)
+                line_end = len(data) if line_end < 0 else line_end
+                start, end = max(line_start, exc.start - 15), min(line_end, exc.start + 15)
+                sample = data[start:end].decode(guess).strip("\r")
                 return (
                     f"{path}: not valid UTF-8 ({where}, {sample!r}): looks like Latin-1/cp1252 text; "
                     f"pass encoding={guess!r} (read_log/load_runs) or re-save the file as UTF-8"
@@ -72,7 +86,25 @@ def _diagnose(data: bytes, exc: UnicodeDecodeError, path: Path) -> str:
 
 
 def read_sidecar(path: Path, encoding: str | None = None) -> dict:
-    """The JSON object of a ``<log>.meta.json`` sidecar (RunMetadata fields and extras)."""
+    """The JSON object of a ``<log>.meta.json`` sidecar (RunMetadata fields and extras).
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The sidecar file.
+    encoding : str, optional
+        Text encoding; default UTF-8.
+
+    Returns
+    -------
+    dict
+        Its fields.
+
+    Raises
+    ------
+    LogError
+        When it is not a JSON object.
+    """
     text = read_text(path, encoding)
     try:
         data = json.loads(text)

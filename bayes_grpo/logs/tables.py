@@ -35,6 +35,18 @@ def read_csv_runs(path: Path, encoding: str | None = None) -> list[tuple[str | N
     A W&B web-UI chart export gives one entry per run (named by the run); any
     other table gives one entry named None.
 
+    Parameters
+    ----------
+    path : pathlib.Path
+        The ``.csv`` (comma) or ``.tsv`` (tab) file.
+    encoding : str, optional
+        Text encoding; default UTF-8 (see :func:`~bayes_grpo.logs.files.read_text`).
+
+    Returns
+    -------
+    list of (str or None, pandas.DataFrame, dict)
+        ``(run name, raw table, found metadata)`` per run.
+
     Raises
     ------
     LogError
@@ -58,7 +70,13 @@ def read_csv_runs(path: Path, encoding: str | None = None) -> list[tuple[str | N
 
 
 def is_wandb_export(columns: list[str]) -> bool:
-    """True for the header of a W&B web-UI chart export: ``<run> - <metric>`` columns, one a reward."""
+    """True for the header of a W&B web-UI chart export: ``<run> - <metric>`` columns, one a reward.
+
+    Example
+    -------
+    >>> is_wandb_export(["Step", "grpo-1 - train/reward", "grpo-1 - train/reward__MIN"])
+    True
+    """
     return any(
         " - " in str(c) and normalise_column(_AGGREGATE.sub("", str(c)).rsplit(" - ", 1)[1]) in REWARD_NAMES
         for c in columns
@@ -123,7 +141,18 @@ def split_wandb_export(frame: pd.DataFrame, name: str) -> list[tuple[str, pd.Dat
 
 
 def split_run_id(frame: pd.DataFrame) -> list[tuple[str | None, pd.DataFrame]]:
-    """A table with a ``run_id`` column holding several runs, split into one table per run (first-seen order)."""
+    """A table with a ``run_id`` column holding several runs, split into one table per run (first-seen order).
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        A raw table.
+
+    Returns
+    -------
+    list of (str or None, pandas.DataFrame)
+        ``(run_id, rows of that run)``; ``[(None, frame)]`` when the table holds one run.
+    """
     if "run_id" not in frame.columns or frame["run_id"].dropna().nunique() <= 1:
         return [(None, frame)]
     ids = frame["run_id"].dropna().unique()
@@ -135,6 +164,20 @@ def read_jsonl(path: Path, encoding: str | None = None) -> tuple[pd.DataFrame, d
 
     A line that is not JSON anywhere else is an error: only the last line can
     have been cut by a crash or a copy taken while training was still writing.
+    A multi-byte character cut at the very end of the file counts as part of
+    that cut line.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The ``.jsonl`` / ``.ndjson`` file.
+    encoding : str, optional
+        Text encoding; default UTF-8.
+
+    Returns
+    -------
+    tuple of (pandas.DataFrame, dict)
+        The raw table (one row per complete line) and found metadata (none).
 
     Raises
     ------

@@ -27,12 +27,32 @@ _CHECKPOINT_RE = re.compile(r"checkpoint-(\d+)")
 
 
 def is_trl_output_dir(path: Path) -> bool:
-    """True when ``path`` is a folder holding ``trainer_state.json`` or ``checkpoint-N/trainer_state.json``."""
+    """True when ``path`` is a folder holding ``trainer_state.json`` or ``checkpoint-N/trainer_state.json``.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        Any path.
+
+    Returns
+    -------
+    bool
+    """
     return (path / "trainer_state.json").is_file() or any(path.glob("checkpoint-*/trainer_state.json"))
 
 
 def newest_trainer_state(path: Path) -> Path:
     """The newest ``checkpoint-N/trainer_state.json`` of an output folder, else its top-level one.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        A TRL / transformers output folder.
+
+    Returns
+    -------
+    pathlib.Path
+        The ``trainer_state.json`` to read.
 
     Raises
     ------
@@ -63,7 +83,27 @@ def run_id_for(path: Path) -> str:
 
 
 def read_json(path: Path, encoding: str | None = None) -> tuple[pd.DataFrame, dict]:
-    """A TRL ``trainer_state.json`` or a JSON list of per-step records: raw table and found metadata."""
+    """A TRL ``trainer_state.json`` or a JSON list of per-step records: raw table and found metadata.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The ``.json`` file.
+    encoding : str, optional
+        Text encoding; default UTF-8.
+
+    Returns
+    -------
+    tuple of (pandas.DataFrame, dict)
+        The training entries of ``log_history`` (those with a reward) and the
+        metadata found: ``total_steps`` (``max_steps``), ``steps_per_epoch``,
+        and the model named beside it (:func:`model_beside`), with provenance.
+
+    Raises
+    ------
+    LogError
+        When the JSON is neither, or ``log_history`` has no reward entries.
+    """
     data = json.loads(read_text(path, encoding))
     if isinstance(data, dict) and isinstance(data.get("log_history"), list):
         return _from_trainer_state(data, path)

@@ -116,7 +116,7 @@ def keep_later(frame: pd.DataFrame, name: str, reason: str, column: str = "step"
         return frame
     warnings.warn(
         f"{name}: {reason}; {int(replaced.sum())} logged step(s) were logged again (steps "
-        f"{_preview(steps[replaced].astype('int64'))}); the later entries replaced them",
+        f"{_preview(pd.Series(steps[replaced].astype('int64').unique()))}); the later entries replaced them",
         LogWarning,
         stacklevel=4,
     )
