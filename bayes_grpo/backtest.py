@@ -155,6 +155,7 @@ def trace(
     thresholds: Sequence[float] = THRESHOLDS,
     forecast_options: Mapping[str, Any] | None = None,
     seed: int = 0,
+    every: float = CHECK_EVERY,
 ) -> RunTrace:
     """Replay ``run`` check by check with ``model`` and keep the decisions.
 
@@ -172,6 +173,8 @@ def trace(
         Extra keyword arguments of ``model.forecast`` (e.g. ``n_draws``).
     seed : int
         Base seed of the forecasts (each check gets its own).
+    every : float
+        Spacing of the checks (share of the run's steps), from 10% on.
 
     Returns
     -------
@@ -184,7 +187,7 @@ def trace(
     """
     last = run.last_step
     run = run.with_meta(total_steps=last)
-    indices, fractions = check_indices(run)
+    indices, fractions = check_indices(run, every=every)
     base = run_seed(seed, run.run_id)
     probability, default, best, by_threshold = [], [], [], []
     started = time.perf_counter()
@@ -436,6 +439,7 @@ class BacktestJob:
     forecast_options: Mapping[str, Any] = field(default_factory=dict)
     thresholds: tuple[float, ...] = THRESHOLDS
     seed: int = 0
+    every: float = CHECK_EVERY
     model: FittedModel | None = None
 
     @property
@@ -448,7 +452,10 @@ def run_backtest_fold(job: BacktestJob) -> tuple[list[RunTrace], dict[str, Any]]
     """Fit one fold (unless a model is given) and replay its held-out runs: (traces, fold health)."""
     model = job.model if job.model is not None else fit_fold(job.train, job.fit_options, job.seed + job.fold)
     traces = [
-        trace(model, run, source=job.sources[run.run_id], thresholds=job.thresholds, forecast_options=job.forecast_options, seed=job.seed)
+        trace(
+            model, run, source=job.sources[run.run_id], thresholds=job.thresholds,
+            forecast_options=job.forecast_options, seed=job.seed, every=job.every,
+        )
         for run in job.test
     ]
     health = {"fold": job.fold, "train_runs": len(job.train), "test_runs": len(job.test)}
@@ -476,6 +483,7 @@ def backtest(
     forecast_options: Mapping[str, Any] | None = None,
     thresholds: Sequence[float] = THRESHOLDS,
     seed: int = 0,
+    every: float = CHECK_EVERY,
     n_jobs: int | None = 1,
     cluster: str | None = None,
     progress: bool = True,
@@ -501,6 +509,8 @@ def backtest(
         Thresholds of the trade-off sweep.
     seed : int
         Seed of the fold layout, the fits and the forecasts.
+    every : float
+        Spacing of the checks (share of each run's steps), from 10% on.
     n_jobs, cluster, progress
         Passed to :func:`bayes_grpo.parallel.map_jobs`.
 
@@ -531,6 +541,7 @@ def backtest(
             dict(forecast_options or {}),
             tuple(thresholds),
             seed,
+            every,
             model,
         )
         for fold in range(n_folds)

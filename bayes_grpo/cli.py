@@ -481,10 +481,11 @@ def _add_report_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from bayes_grpo.report import compare_table, write_report
+    from bayes_grpo.model import compare_forms
+    from bayes_grpo.report import write_report
 
     model, runs = _load_model(args.model), _load_runs(args.runs)
-    comparison = compare_table(model, runs) if args.compare and model.idata is not None else None
+    comparison = compare_forms(runs, progressbar=False)[0] if args.compare else None
     print(f"wrote {write_report(model, runs, args.out, quick=args.quick, comparison=comparison, n_shown=args.shown)}")
     return EXIT_OK
 
@@ -506,14 +507,15 @@ def _add_demo_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from bayes_grpo.report import compare_table, pick_runs, write_report
+    from bayes_grpo.model import compare_forms
+    from bayes_grpo.report import pick_runs, write_report
 
     out = Path(args.out)
     runs = _load_runs(args.runs)
     model = _fit(runs, args)
     saved = model.save(out / "model.nc")
     print(_demo_table(model, pick_runs(runs, args.shown), args.fraction, seed=args.seed))
-    comparison = compare_table(model, runs) if args.compare else None
+    comparison = compare_forms(runs, progressbar=False)[0] if args.compare else None
     path = write_report(model, runs, out / "report.html", quick=args.quick, comparison=comparison)
     print(f"\nwrote {path} (open it in a browser) and the fitted model {saved}")
     return EXIT_OK

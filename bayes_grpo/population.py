@@ -153,7 +153,7 @@ def run_prior(
     cov: Covariates,
     config: ModelConfig,
     xp: Any = np,
-    declared_start: Any = None,
+    declared_start: bool = False,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Location and scale of each per-run parameter (:data:`PARAMS`) given population values.
 
@@ -168,9 +168,9 @@ def run_prior(
         Curve form and prior settings.
     xp : module
         ``numpy`` or ``pytensor.tensor``.
-    declared_start : bool, optional
-        True when the run declares its initial reward: the start spread is capped at
-        ``config.priors.declared_start_sd[kind]`` (forecast time only).
+    declared_start : bool
+        True when the (single) run declares its initial reward: the start spread is capped at
+        ``config.priors.declared_start_sd[kind]`` (used at forecast time only).
 
     Returns
     -------

@@ -2,6 +2,12 @@
 
 :func:`write_report` renders every figure to a base64 PNG inside the page, so the
 file opens offline and can be mailed or attached to an experiment tracker.
+
+The report only renders. It takes a fitted model, runs and precomputed results
+(benchmark tables, markdown, figures, PNG bytes) and fits nothing: comparing
+curve forms is :func:`bayes_grpo.model.compare_forms` (pass its table as
+``comparison``), and evaluations are written by the scripts in ``benchmarks/``,
+whose outputs the caller passes as ``results``. It reads no file.
 """
 
 from __future__ import annotations
@@ -14,16 +20,16 @@ import re
 import warnings
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence, Union
 
 import arviz as az
 import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from bayes_grpo.curves import CURVE_FORMS
 from bayes_grpo.errors import ModelError
 from bayes_grpo.logs import RunLog
+from bayes_grpo.measures import cut, final_reward, horizon
 from bayes_grpo.population import simulate
 from bayes_grpo.prepare import prepare_run
 
@@ -35,12 +41,6 @@ if TYPE_CHECKING:
 FORECAST_FRACTIONS = (0.2, 0.3, 0.5)
 EFFECT_VARS = ("gain_size", "gain_init", "tau_size", "tau_init")
 TRACE_VARS = ("gain_mu", "gain_sd", "gain_size", "gain_init", "tau_mu", "tau_sd", "tau_size", "tau_init", "beta_mu")
-BENCHMARKS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
-BENCHMARK_TABLES = {
-    "calibration.md": ("Calibration of forecast intervals", "python benchmarks/calibration.py"),
-    "backtest_stopping.md": ("Backtest of the stopping rule", "python benchmarks/backtest_stopping.py"),
-    "loo_forms.md": ("LOO comparison of curve forms (benchmark fits)", "python benchmarks/compare_forms.py"),
-}
 MIN_SHOWN_STEPS = 20
 
 _CSS = """
@@ -74,11 +74,6 @@ def _note(text: str) -> str:
 
 def _table(frame: pd.DataFrame, index: bool = True) -> str:
     return frame.to_html(index=index, float_format=lambda v: f"{v:.3g}", border=0, na_rep="-")
-
-
-def horizon(run: RunLog) -> int:
-    """The run's planned steps, or its last logged step when the plan is unknown."""
-    return int(run.total_steps or run.last_step)
 
 
 def pick_runs(runs: Sequence[RunLog], n: int = 4) -> list[RunLog]:
@@ -125,15 +120,15 @@ def data_figure(runs: Sequence[RunLog]) -> Figure:
 
 
 def forecast_figure(model: FittedModel, runs: Sequence[RunLog], fractions: Sequence[float] = FORECAST_FRACTIONS, progress: bool = True) -> Figure:
-    """Fan charts: each run forecast from ``fractions`` of its logged steps, with the full run overlaid."""
+    """Fan charts: each run forecast from ``fractions`` of its planned steps (:func:`bayes_grpo.measures.cut`), the full run overlaid."""
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(len(runs), len(fractions), figsize=(4.2 * len(fractions), 2.8 * len(runs)), squeeze=False)
     jobs = [(i, j, run, frac) for i, run in enumerate(runs) for j, frac in enumerate(fractions)]
     for i, j, run, frac in tqdm(jobs, desc="forecasts", disable=not progress, leave=False):
-        cut = max(int(run.steps[0]), int(round(frac * run.last_step)))
-        model.forecast(run.head(cut), total_steps=horizon(run)).plot(ax=axes[i, j], truth=run)
-        axes[i, j].set_title(f"{run.run_id}\nfrom {frac:.0%} (step {cut})", fontsize=8)
+        head = cut(run, frac)
+        model.forecast(head, total_steps=horizon(run)).plot(ax=axes[i, j], truth=run)
+        axes[i, j].set_title(f"{run.run_id}\nfrom {frac:.0%} (step {head.last_step})", fontsize=8)
         if i or j:
             axes[i, j].set_ylabel("")
         else:
@@ -253,7 +248,7 @@ def _data_section(runs: Sequence[RunLog]) -> list[str]:
             "steps logged": [len(r) for r in runs],
             "total steps": [r.total_steps for r in runs],
             "first reward": [float(r.rewards[: max(1, len(r) // 10)].mean()) for r in runs],
-            "last reward": [float(r.rewards[-max(1, len(r) // 10) :].mean()) for r in runs],
+            "final reward": [final_reward(r.rewards) for r in runs],
         }
     )
     return [
@@ -303,29 +298,7 @@ def _ppc_section(model: FittedModel, shown: Sequence[RunLog]) -> list[str]:
     ]
 
 
-def _log_likelihood_idata(model: FittedModel, runs: Sequence[RunLog]) -> az.InferenceData:
-    """The fit's InferenceData with a log_likelihood group (computed when the sampler skipped it)."""
-    idata = model.idata
-    if "log_likelihood" in idata:
-        return idata
-    import pymc as pm
-
-    from bayes_grpo.model import build_model
-
-    by_id = {r.run_id: r for r in runs}
-    fitted = [str(r) for r in idata.posterior["run"].values]
-    missing = [r for r in fitted if r not in by_id]
-    if missing:
-        raise ModelError(f"LOO needs the fitted runs; missing {missing[:3]}")
-    prepared = [prepare_run(by_id[r], require_total=False) for r in fitted]
-    pm_model = build_model(prepared, form=model.form, max_bins=int(model.config.get("max_bins", 60)))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        log_likelihood = pm.compute_log_likelihood(idata, model=pm_model, extend_inferencedata=False, progressbar=False)
-    return az.InferenceData(posterior=idata.posterior, log_likelihood=log_likelihood)
-
-
-def _loo_section(model: FittedModel, runs: Sequence[RunLog], comparison: pd.DataFrame | None, quick: bool) -> list[str]:
+def _loo_section(model: FittedModel, comparison: pd.DataFrame | None, quick: bool) -> list[str]:
     body = []
     if comparison is not None:
         body.append("<p>Curve forms ranked by PSIS-LOO expected log predictive density (higher elpd_loo is better).</p>")
@@ -333,39 +306,23 @@ def _loo_section(model: FittedModel, runs: Sequence[RunLog], comparison: pd.Data
         axes = az.plot_compare(comparison, figsize=(8, 1 + 0.5 * len(comparison)))
         body.append(_img(np.ravel(axes)[0].figure, "LOO comparison of curve forms"))
         return body
-    if quick or model.idata is None:
+    if quick or model.idata is None or "log_likelihood" not in model.idata:
+        reason = " in quick mode" if quick else " (no full fit with pointwise log-likelihood stored)"
         body.append(_note(
-            "Comparison of curve forms skipped" + (" in quick mode" if quick else " (no full fit stored)")
+            "Comparison of curve forms skipped" + reason
             + ". Run it with <code>bayes-grpo report --compare</code> or "
             "<code>bayes_grpo.model.compare_forms(runs)</code> and pass the table to <code>write_report(comparison=...)</code>."
         ))
         return body
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # high Pareto k is reported in the table instead
-            loo = az.loo(_log_likelihood_idata(model, runs))
-    except ModelError as exc:
-        return [_note(f"LOO not computed: {html.escape(str(exc))}.")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # high Pareto k is reported in the table instead
+        loo = az.loo(model.idata)
     frame = pd.DataFrame({model.form: {"elpd_loo": loo.elpd_loo, "se": loo.se, "p_loo": loo.p_loo,
                                       "pareto k > 0.7": int((loo.pareto_k.values > 0.7).sum())}}).T
     body.append(f"<p>PSIS-LOO of the fitted {html.escape(model.form)} form (other forms not fitted; see "
                 "<code>bayes-grpo report --compare</code>).</p>")
     body.append(_table(frame))
     return body
-
-
-def compare_table(model: FittedModel, runs: Sequence[RunLog], forms: Sequence[str] = CURVE_FORMS, progress: bool = True) -> pd.DataFrame:
-    """``az.compare`` of curve forms: reuses ``model`` for its own form and fits the others with its settings."""
-    from bayes_grpo.model import fit
-
-    fitted_ids = [str(r) for r in model.idata.posterior["run"].values]
-    by_id = {r.run_id: r for r in runs}
-    fit_runs = [by_id[r] for r in fitted_ids if r in by_id]
-    options = {k: model.config[k] for k in ("draws", "tune", "chains", "seed", "max_bins") if k in model.config}
-    fits = {model.form: model}
-    for form in tqdm([f for f in forms if f != model.form], desc="fitting curve forms", disable=not progress):
-        fits[form] = fit(fit_runs, form=form, progressbar=False, **options)
-    return az.compare({form: _log_likelihood_idata(f, fit_runs) for form, f in fits.items()}, ic="loo")
 
 
 def _effects_section(model: FittedModel) -> list[str]:
@@ -392,8 +349,13 @@ def _effects_section(model: FittedModel) -> list[str]:
     return body
 
 
+def _inline(text: str) -> str:
+    """Escaped text with `code` spans."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+
+
 def _markdown_to_html(text: str) -> str:
-    """Headings, pipe tables and paragraphs of a small markdown file (what the benchmarks write)."""
+    """Headings, pipe tables, paragraphs and `code` of a small markdown text (what the benchmarks write)."""
     out: list[str] = []
     lines = text.splitlines()
     i = 0
@@ -402,7 +364,7 @@ def _markdown_to_html(text: str) -> str:
         if line.startswith("|"):
             rows = []
             while i < len(lines) and lines[i].strip().startswith("|"):
-                cells = [html.escape(c.strip()) for c in lines[i].strip().strip("|").split("|")]
+                cells = [_inline(c.strip()) for c in lines[i].strip().strip("|").split("|")]
                 if not all(re.fullmatch(r":?-{2,}:?", c) for c in cells):
                     rows.append(cells)
                 i += 1
@@ -413,22 +375,47 @@ def _markdown_to_html(text: str) -> str:
         heading = re.match(r"(#{1,4})\s+(.*)", line)
         if heading:
             level = min(6, len(heading.group(1)) + 2)
-            out.append(f"<h{level}>{html.escape(heading.group(2))}</h{level}>")
+            out.append(f"<h{level}>{_inline(heading.group(2))}</h{level}>")
         elif line:
-            out.append(f"<p>{html.escape(line)}</p>")
+            out.append(f"<p>{_inline(line)}</p>")
         i += 1
     return "\n".join(out)
 
 
-def _benchmarks_section(folder: Path) -> list[str]:
+#: What a results section may hold: markdown text, a table, a matplotlib figure, or PNG bytes.
+ResultItem = Union[str, pd.DataFrame, "Figure", bytes]
+
+
+def _result_html(item: ResultItem, title: str) -> str:
+    if isinstance(item, str):
+        return _markdown_to_html(item)
+    if isinstance(item, pd.DataFrame):
+        return _table(item, index=False)
+    if isinstance(item, bytes):
+        return f'<img alt="{html.escape(title)}" src="data:image/png;base64,{base64.b64encode(item).decode("ascii")}">'
+    return _img(item, title)
+
+
+def _check_results(results: Mapping[str, Sequence[ResultItem]] | None) -> None:
+    """Fail before any work when a results item cannot be rendered."""
+    for title, items in (results or {}).items():
+        for item in items:
+            if not (isinstance(item, (str, bytes, pd.DataFrame)) or hasattr(item, "savefig")):
+                raise ModelError(f"results[{title!r}]: cannot render a {type(item).__name__}; pass markdown text, a DataFrame, a figure or PNG bytes")
+
+
+def _results_section(results: Mapping[str, Sequence[ResultItem]] | None) -> list[str]:
+    if not results:
+        return [_note(
+            "No benchmark results were passed to this report. The scripts in <code>benchmarks/</code> "
+            "(<code>calibration.py</code>, <code>backtest_stopping.py</code>, <code>compare_forms.py</code>, ...) write "
+            "them to <code>benchmarks/results/</code>; pass them with <code>write_report(results=...)</code> "
+            "or <code>bayes-grpo report --results benchmarks/results</code>."
+        )]
     body = []
-    for name, (title, command) in BENCHMARK_TABLES.items():
+    for title, items in results.items():
         body.append(f"<h3>{html.escape(title)}</h3>")
-        path = folder / name
-        if path.is_file():
-            body.append(_markdown_to_html(path.read_text()))
-        else:
-            body.append(_note(f"not yet run: <code>{html.escape(command)}</code> (writes benchmarks/results/{name})"))
+        body += [_result_html(item, title) for item in items]
     return body
 
 
@@ -449,27 +436,65 @@ def write_report(
     quick: bool = False,
     comparison: pd.DataFrame | None = None,
     n_shown: int = 4,
-    benchmarks_dir: str | os.PathLike | None = None,
+    results: Mapping[str, Sequence[ResultItem]] | None = None,
     progress: bool = True,
 ) -> Path:
     """Write one self-contained HTML report for ``model`` and ``runs`` to ``path`` and return the path.
 
     Sections: data, sampler diagnostics, posterior predictive checks, LOO
-    comparison of curve forms (``comparison`` = an ``az.compare`` table; skipped
-    with a note in ``quick`` mode when not given, otherwise the fitted form's
-    LOO), population and family effects, forecast fan charts from 20/30/50% of
-    the steps, stop probability through training, and the benchmark tables
-    found in ``benchmarks/results``.
+    comparison of curve forms, population and family effects, forecast fan
+    charts from 20/30/50% of the planned steps, stop probability through
+    training, and the precomputed ``results``. Nothing is fitted and no file is
+    read: the report renders what it is given.
+
+    Parameters
+    ----------
+    model : FittedModel
+        The fitted model to describe and forecast with.
+    runs : sequence of RunLog
+        Runs to show (the per-run figures show ``n_shown`` of them).
+    path : path
+        HTML file to write (its folder is created).
+    quick : bool
+        Quick mode: without ``comparison``, the LOO section is a note.
+    comparison : pandas.DataFrame, optional
+        An ``az.compare`` table of curve forms (e.g. from
+        :func:`bayes_grpo.model.compare_forms`); without it, the fitted form's
+        own PSIS-LOO is shown when the fit kept its pointwise log-likelihood.
+    n_shown : int
+        Runs shown in the per-run figures.
+    results : mapping, optional
+        Section title -> items to embed, in order: markdown text (headings,
+        pipe tables, paragraphs), a DataFrame, a matplotlib figure, or PNG
+        bytes; e.g. the files the benchmark scripts write to ``benchmarks/results/``.
+    progress : bool
+        Show progress bars.
+
+    Returns
+    -------
+    pathlib.Path
+        The written file.
+
+    Raises
+    ------
+    ModelError
+        No runs, or a results item that cannot be rendered.
+
+    Example
+    -------
+    >>> md = Path("benchmarks/results/calibration.md").read_text()  # doctest: +SKIP
+    >>> write_report(model, runs, "report.html", results={"Calibration": [md]})  # doctest: +SKIP
     """
     runs = list(runs)
     if not runs:
         raise ModelError("write_report needs at least one run")
+    _check_results(results)
     shown = pick_runs(runs, n_shown)
     steps = [
         ("data", "Data", lambda: _data_section(runs)),
         ("diagnostics", "Sampler diagnostics", lambda: _diagnostics_section(model)),
         ("ppc", "Posterior predictive checks", lambda: _ppc_section(model, shown)),
-        ("loo", "LOO comparison of curve forms", lambda: _loo_section(model, runs, comparison, quick)),
+        ("loo", "LOO comparison of curve forms", lambda: _loo_section(model, comparison, quick)),
         ("effects", "Population effects", lambda: _effects_section(model)),
         ("forecasts", "Forecasts from 20%, 30% and 50% of the steps", lambda: [
             "<p>Each row is one run forecast from part of its log (black), with the rest of the run (grey) "
@@ -477,7 +502,7 @@ def write_report(
             _img(forecast_figure(model, shown, progress=progress), "forecast fan charts"),
         ]),
         ("stopping", "Stop probability across training", lambda: _stop_section(model, shown, progress)),
-        ("benchmarks", "Benchmarks", lambda: _benchmarks_section(Path(benchmarks_dir) if benchmarks_dir else BENCHMARKS_DIR)),
+        ("benchmarks", "Benchmarks", lambda: _results_section(results)),
     ]
     with np.errstate(all="ignore"):  # overflow in far-out curve draws is harmless
         sections = [_section(anchor, title, build()) for anchor, title, build in tqdm(steps, desc="report", disable=not progress)]

@@ -26,8 +26,9 @@ How a GRPO run is fed to it (LC-PFN only knows increasing curves with y in
   back to reward units and averaged over the window, weighted by the number of
   logged steps in each epoch. LC-PFN's output is per epoch, not joint, so this
   average treats the window's epochs as moving together (exact for the curve's
-  level, conservative for its noise). The forecast mean is the same average of
-  the mean of 99 back-mapped quantiles.
+  level, conservative for its noise). The forecast mean is the window average
+  of each epoch's predictive mean in reward units (the bar distribution's
+  bucket centres mapped back, weighted by their probabilities).
 
 Every score comes from :mod:`bayes_grpo.measures` and the rows have the columns
 of :func:`bayes_grpo.calibration.evaluate_run`, so
@@ -66,8 +67,6 @@ from bayes_grpo.settings import EVALUATION_FRACTIONS, FORECAST_QUANTILES, shared
 DEFAULT_WEIGHTS = Path.home() / ".cache" / "bayes_grpo" / "lcpfn_small.pt"
 #: Curve length of LC-PFN's prior and training (epochs 1..SEQ_LEN).
 SEQ_LEN = 100
-#: Quantile levels whose back-mapped values are averaged into the forecast mean.
-_MEAN_LEVELS = np.linspace(0.01, 0.99, 99)
 #: Normalised predictions are clipped to [_EDGE, 1 - _EDGE] before mapping back
 #: (the full-support bar distribution's tails reach outside (0, 1)).
 _EDGE = 1e-4
@@ -386,19 +385,21 @@ def lcpfn_forecast(
     window_epochs, counts = np.unique(_epochs(np.asarray(window_steps, float), total_steps), return_counts=True)
     weight = counts / counts.sum()
     y_unit = to_unit(torch.tensor(y_seen, dtype=torch.float64)).clamp(0.0, 1.0).float()
-    levels = sorted({*map(float, quantiles), *_MEAN_LEVELS.tolist()})
+    levels = [float(q) for q in quantiles]
     with torch.no_grad():
-        unit = model.predict_quantiles(  # LC-PFN takes (points, 1) columns; returns (test points, levels)
-            torch.tensor(x_seen, dtype=torch.float32).unsqueeze(-1),
-            y_unit.unsqueeze(-1),
-            torch.tensor(window_epochs, dtype=torch.float32).unsqueeze(-1),
-            levels,
+        # LC-PFN takes (points, 1) columns; logits are (test points, 1, buckets).
+        logits = model(
+            x_train=torch.tensor(x_seen, dtype=torch.float32).unsqueeze(-1),
+            y_train=y_unit.unsqueeze(-1),
+            x_test=torch.tensor(window_epochs, dtype=torch.float32).unsqueeze(-1),
         )
+        criterion = model.model.criterion
+        unit = torch.cat([criterion.icdf(logits, q) for q in levels], dim=1)  # as LCPFN.predict_quantiles
+        probs = logits.softmax(-1)[:, 0, :].double().numpy()
+        middles = criterion.borders[:-1] + criterion.bucket_widths / 2
     values = from_unit(unit.double().clamp(_EDGE, 1 - _EDGE)).numpy()  # (window epochs, levels)
-    window_values = weight @ values
-    by_level = dict(zip(levels, window_values.tolist()))
-    mean = float(np.mean([by_level[float(q)] for q in _MEAN_LEVELS]))
-    return LcpfnForecast(mean=mean, quantiles={q: by_level[float(q)] for q in quantiles})
+    means = probs @ from_unit(middles.double().clamp(_EDGE, 1 - _EDGE)).numpy()  # (window epochs,)
+    return LcpfnForecast(mean=float(weight @ means), quantiles=dict(zip(quantiles, (weight @ values).tolist())))
 
 
 def lcpfn_quantiles(

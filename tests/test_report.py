@@ -38,25 +38,44 @@ def test_report_is_self_contained_with_every_section(report):
     assert len(re.findall(r'<img [^>]*src="data:image/png;base64,', page)) >= 7
     assert not re.search(r'(src|href)="(https?:)?//', page)  # nothing fetched from the network
     assert "r_hat" in page and "ess_bulk" in page and "elpd_loo" in page and "fam_gain" in page
-    assert "not yet run: " in page or "<table>" in page.split('id="benchmarks"')[1]
+    # The report reads no file: without results passed in, it says so instead of looking in benchmarks/results.
+    assert "No benchmark results were passed" in page.split('id="benchmarks"')[1]
 
 
-def test_quick_report_notes_skipped_comparison_and_embeds_benchmarks(tmp_path, quick_model, few_runs):
-    (tmp_path / "calibration.md").write_text("# Calibration\n\n| fraction | coverage90 |\n|---|---|\n| 0.3 | 0.91 |\n")
-    path = write_report(quick_model, few_runs[:2], tmp_path / "q.html", quick=True, benchmarks_dir=tmp_path, n_shown=1, progress=False)
+def test_quick_report_notes_skipped_comparison_and_renders_the_results_it_is_given(tmp_path, quick_model, few_runs):
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])
+    png = tmp_path / "curve.png"
+    fig.savefig(png)
+    results = {
+        "Calibration": ["# Calibration\n\nCommand: `python benchmarks/calibration.py`\n\n| fraction | coverage90 |\n|---|---|\n| 0.3 | 0.91 |\n", png.read_bytes()],
+        "Backtest of the stopping rule": [pd.DataFrame({"rule": ["fixed 80%"], "mean_saved": [0.2]}), fig],
+    }
+    path = write_report(quick_model, few_runs[:2], tmp_path / "q.html", quick=True, results=results, n_shown=1, progress=False)
     page = path.read_text()
     assert "skipped in quick mode" in page
-    assert "<td>0.91</td>" in page
-    assert "not yet run: <code>python benchmarks/backtest_stopping.py</code>" in page
+    benchmarks = page.split('<section id="benchmarks">')[1].split("</section>")[0]
+    assert "<h3>Calibration</h3>" in benchmarks and "<td>0.91</td>" in benchmarks
+    assert "<code>python benchmarks/calibration.py</code>" in benchmarks
+    assert "<h3>Backtest of the stopping rule</h3>" in benchmarks and "fixed 80%" in benchmarks
+    assert len(re.findall(r'<img [^>]*src="data:image/png;base64,', benchmarks)) == 2
+
+
+def test_results_that_cannot_be_rendered_are_a_one_line_error(tmp_path, quick_model, few_runs):
+    from bayes_grpo.errors import ModelError
+
+    with pytest.raises(ModelError, match="cannot render a int"):
+        write_report(quick_model, few_runs[:1], tmp_path / "bad.html", quick=True, results={"x": [3]}, n_shown=1, progress=False)
 
 
 def test_report_renders_a_given_loo_comparison(tmp_path, quick_model, few_runs):
     import arviz as az
 
-    from bayes_grpo.report import _log_likelihood_idata
-
-    with_ll = _log_likelihood_idata(quick_model, few_runs)
-    table = az.compare({"weibull": with_ll, "same again": with_ll}, ic="loo")
+    assert "log_likelihood" in quick_model.idata
+    table = az.compare({"weibull": quick_model.idata, "same again": quick_model.idata}, ic="loo")
     page = write_report(quick_model, few_runs, tmp_path / "c.html", comparison=table, n_shown=1, progress=False).read_text()
     loo = page.split('<section id="loo">')[1].split("</section>")[0]
     assert "same again" in loo and "elpd_loo" in loo and 'alt="LOO comparison of curve forms"' in loo
