@@ -261,7 +261,9 @@ def optuna_patient_rule(patience: int) -> Rule:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        study = optuna.create_study(direction="maximize", pruner=optuna.pruners.PatientPruner(None, patience=patience))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study = optuna.create_study(direction="maximize", pruner=optuna.pruners.PatientPruner(None, patience=patience))
         trial = study.ask()
         out = []
         for value, i in zip(causal_smoothed(tr.run, tr.indices), tr.indices):

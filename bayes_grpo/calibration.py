@@ -33,6 +33,7 @@ run on local processes or a Dask cluster with the same result.
 
 from __future__ import annotations
 
+import logging
 import warnings
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
@@ -386,9 +387,15 @@ def fit_fold(train: Sequence[RunLog], fit_options: Mapping[str, Any], seed: int)
     """Fit the hierarchy to one fold's training runs, quietly (its sampler health is kept in ``diagnostics``)."""
     from bayes_grpo.model import fit
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return fit(list(train), **{"seed": seed, "progressbar": False, "keep_full": False, **fit_options})
+    pymc_log = logging.getLogger("pymc")
+    level = pymc_log.level
+    pymc_log.setLevel(logging.ERROR)  # the sampler's chatter would interleave with the folds' progress bar
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return fit(list(train), **{"seed": seed, "progressbar": False, "keep_full": False, **fit_options})
+    finally:
+        pymc_log.setLevel(level)
 
 
 def fold_health(model: FittedModel) -> dict[str, Any]:

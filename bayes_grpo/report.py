@@ -373,7 +373,9 @@ def _markdown_to_html(text: str) -> str:
                        + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rest) + "</table>")
             continue
         heading = re.match(r"(#{1,4})\s+(.*)", line)
-        if heading:
+        if re.fullmatch(r"!\[[^\]]*\]\([^)]*\)", line):
+            pass  # an image file reference: the report reads no file; pass the image itself (figure or PNG bytes)
+        elif heading:
             level = min(6, len(heading.group(1)) + 2)
             out.append(f"<h{level}>{_inline(heading.group(2))}</h{level}>")
         elif line:

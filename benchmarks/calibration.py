@@ -1,13 +1,20 @@
-"""Forecast calibration benchmark: grouped K-fold over bundled + external runs.
+"""Forecast calibration benchmark: cross-validation grouped by source, at 20/30/50% observed.
 
-Each run is forecast from the first 20%, 30% and 50% of its logged steps by a
-model fitted WITHOUT that run (runs are split into K folds; each fold is
-forecast by a fit on the other folds), and scored against its real final reward
-(see bayes_grpo.calibration). Prints markdown tables and writes
-benchmarks/results/calibration.{md,csv}.
+Every run (the shared external runs, plus the bundled runs as one source) is
+cut at 20%, 30% and 50% of its planned steps and forecast to its end by a model
+fitted on the other folds, with folds grouped by ``source_repo`` so that no
+source is on both sides (``bayes_grpo.calibration.cross_validate``). Scores use
+``bayes_grpo.measures``; persistence and the paper-law point fit are scored on
+the same cuts, and LC-PFN too when its per-run scores are given (``--lcpfn``,
+written by ``benchmarks/lcpfn_baseline.py evaluate --csv``).
 
-    python benchmarks/calibration.py            # full sampler settings, 5 folds
-    BAYES_GRPO_QUICK=1 python benchmarks/calibration.py --folds 3   # quicker
+Writes to ``benchmarks/results/``: ``calibration.md`` (tables, fold health,
+targets, the command), ``calibration.csv`` (summaries), ``calibration_runs.csv``
+(one row per run and fraction), ``calibration_folds.csv`` and ``calibration.png``.
+
+    python benchmarks/calibration.py                                   # 5 folds, package sampler defaults
+    python benchmarks/calibration.py --cluster tcp://scheduler:8786    # folds on a Dask cluster
+    BAYES_GRPO_QUICK=1 python benchmarks/calibration.py --max-runs 12 --folds 3 --out /tmp/cal   # smoke test
 """
 
 from __future__ import annotations
@@ -17,61 +24,108 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
+from common import RESULTS, add_engine_args, add_run_args, fit_options, markdown, provenance, verdict
 
-import bayes_grpo as bg
 from bayes_grpo import calibration
 
-RESULTS = Path(__file__).resolve().parent / "results"
-EXTERNAL = Path(__file__).resolve().parents[2] / "shared" / "external_runs" / "runs"
+COLUMNS = ["fraction", "runs", "error", "persistence", "paper_law", "ratio_to_persistence", "coverage_90", "coverage_50",
+           "above_q95", "below_q05", "width_90_median", "quantile_score", "change_after_cut"]  # fmt: skip
+
+
+def targets(real: pd.DataFrame) -> list[str]:
+    """Issue 11's targets, judged on the real runs' summary."""
+    lines = []
+    for row in real.itertuples(index=False):
+        ok = 0.85 <= row.coverage_90 <= 0.95 and 0.40 <= row.coverage_50 <= 0.60 and row.above_q95 <= 0.10 and row.below_q05 <= 0.10
+        lines.append(
+            f"- {row.fraction:.0%} observed: 90% coverage {row.coverage_90:.2f} (0.85-0.95), 50% coverage {row.coverage_50:.2f} "
+            f"(0.40-0.60), above q95 {row.above_q95:.0%} / below q05 {row.below_q05:.0%} (<= 10% each): {verdict(ok)}"
+        )
+        if abs(row.fraction - 0.3) < 1e-9:
+            lines.append(f"- 30% observed: error / persistence {row.ratio_to_persistence:.2f} (<= 0.7): {verdict(row.ratio_to_persistence <= 0.7)}; "
+                         f"quantile score {row.quantile_score:.3f} (<= 0.14): {verdict(row.quantile_score <= 0.14)}")
+    return lines
+
+
+def side_by_side(scores: pd.DataFrame, lcpfn: pd.DataFrame | None) -> pd.DataFrame:
+    """Real runs, one row per (method, fraction), on the same (run, fraction) cuts."""
+    real = scores[scores["set"] == "real"]
+    rows = []
+    for fraction, part in real.groupby("fraction"):
+        rows.append({"method": "bayes_grpo", "fraction": fraction, **_figures(part, "error")})
+        rows.append({"method": "persistence", "fraction": fraction, "runs": len(part), "error": part["persistence_error"].mean()})
+        rows.append({"method": "paper-law point fit", "fraction": fraction, "runs": len(part), "error": part["paper_law_error"].mean()})
+        if lcpfn is not None:
+            same = lcpfn.merge(part[["run_id", "fraction"]], on=["run_id", "fraction"])
+            if len(same):
+                rows.append({"method": "LC-PFN (small, CPU-trained)", "fraction": fraction, **_figures(same, "error")})
+    return pd.DataFrame(rows).sort_values(["fraction", "method"], kind="stable")
+
+
+def _figures(part: pd.DataFrame, error: str) -> dict:
+    return {
+        "runs": len(part), "error": part[error].mean(), "coverage_90": part["covered_90"].mean(), "coverage_50": part["covered_50"].mean(),
+        "above_q95": part["above_q95"].mean(), "below_q05": part["below_q05"].mean(), "width_90_median": part["width_90"].median(),
+        "quantile_score": part["quantile_score"].mean(),
+    }  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--folds", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--draws", type=int, default=1000, help="draws and tuning steps per chain of each fold's fit")
-    parser.add_argument("--external", type=Path, default=EXTERNAL)
+    add_run_args(parser)
+    add_engine_args(parser)
+    parser.add_argument("--draws", type=int, help="draws and tuning steps per chain of each fold's fit (default: the package's)")
+    parser.add_argument("--chains", type=int, help="chains per fit (default: the package's)")
+    parser.add_argument("--quantity", choices=["window", "final"], default="window", help="what is scored (bayes_grpo.calibration)")
+    parser.add_argument("--lcpfn", type=Path, default=RESULTS / "lcpfn_runs.csv", help="LC-PFN per-run scores to set beside (when the file exists)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder to write the results to (default benchmarks/results)")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
 
-    bundled = list(bg.load_runs())
-    external = list(bg.load_runs(args.external)) if args.external.is_dir() else []
-    runs = bundled + external
-    source = {r.run_id: "bundled" for r in bundled} | {r.run_id: "external" for r in external}
-    rng = np.random.default_rng(args.seed)
-    fold_of = dict(zip([r.run_id for r in runs], rng.permutation(len(runs)) % args.folds))
-
-    scores = []
+    runs, sources = calibration.load_evaluation_runs(args.shared, bundled=not args.no_bundled, max_runs=args.max_runs, seed=args.seed)
+    options = fit_options(args.draws, args.chains)
+    print(f"{len(runs)} runs from {len(set(sources.values()))} sources, {args.folds} folds grouped by source, fit options {options or 'package defaults'}", flush=True)
     started = time.perf_counter()
-    for fold in range(args.folds):
-        train = [r for r in runs if fold_of[r.run_id] != fold]
-        test = [r for r in runs if fold_of[r.run_id] == fold]
-        model = bg.fit(train, draws=args.draws, tune=args.draws, seed=args.seed + fold, progressbar=False, keep_full=False)
-        print(f"fold {fold + 1}/{args.folds}: fit on {len(train)} runs ({model.diagnostics}); scoring {len(test)} runs", flush=True)
-        scores.append(calibration.evaluate(lambda run: model, test, progress=False))
-    scores = pd.concat(scores, ignore_index=True)
-    scores["source"] = scores["run_id"].map(source)
+    cv = calibration.cross_validate(
+        runs, sources, n_folds=args.folds, fit_options=options, seed=args.seed, quantity=args.quantity,
+        n_jobs=args.jobs, cluster=args.cluster, progress=not args.quiet,
+    )  # fmt: skip
+    seconds = time.perf_counter() - started
+    lcpfn = pd.read_csv(args.lcpfn) if args.lcpfn and args.lcpfn.is_file() else None
 
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    scores.to_csv(RESULTS / "calibration_runs.csv", index=False)
+    args.out.mkdir(parents=True, exist_ok=True)
+    cv.scores.to_csv(args.out / "calibration_runs.csv", index=False)
+    cv.folds.to_csv(args.out / "calibration_folds.csv", index=False)
+    tables = calibration.summary_tables(cv.scores)
+    pd.concat([t.assign(set=title) for title, t in tables.items()], ignore_index=True).to_csv(args.out / "calibration.csv", index=False)
+    calibration.calibration_figure(cv.scores).savefig(args.out / "calibration.png", dpi=110)
+
+    n_real = cv.scores.loc[cv.scores["set"] == "real", "run_id"].nunique()
+    n_bundled = cv.scores.loc[cv.scores["set"] == "bundled", "run_id"].nunique()
     parts = [
-        "# Forecast calibration (grouped K-fold: every run forecast by a model that never saw it)\n",
-        f"{args.folds} folds over {len(bundled)} bundled and {len(external)} external runs; "
-        f"total time {time.perf_counter() - started:.0f} s. Error = |median forecast - final| / run reward spread; "
-        "final = mean of the last 10% of logged steps. Targets at 30% observed: error <= 0.7x persistence, "
-        "90% interval coverage in 0.85-0.95.\n",
+        "# Forecast calibration: cross-validation grouped by source\n\n",
+        provenance(seconds),
+        f"\n{len(runs)} runs ({n_real} real runs scored, {n_bundled} bundled) from {len(set(sources.values()))} sources "
+        f"in {args.folds} folds; no source is on both sides of a fold (the bundled runs are one source). "
+        f"Fit options per fold: {options or 'package defaults'}. Each run is cut at 20/30/50% of its planned steps "
+        "(cuts that already reach the final window are not scored). All figures in units of each run's 10-90% reward "
+        "spread: error = |forecast mean - truth|, truth = mean reward over the last 10% of logged steps, persistence = "
+        "mean of the last 10 observed points, quantile score = mean pinball loss at q = 0.05/0.25/0.5/0.75/0.95. "
+        f"Forecast quantity: `{args.quantity}` (see `bayes_grpo.calibration`).\n\n",
+        "![calibration](calibration.png)\n\n",
     ]
-    for name in ("bundled", "external"):
-        subset = scores[scores["source"] == name]
-        if len(subset):
-            table = calibration.summarise(subset)
-            parts.append(f"\n## {name} runs\n\n" + table.round(3).to_markdown(index=False) + "\n")
-            print(f"\n{name}:\n{table.round(3).to_string(index=False)}")
-    (RESULTS / "calibration.md").write_text("".join(parts))
-    summary = calibration.summarise(scores)
-    summary.to_csv(RESULTS / "calibration.csv", index=False)
+    if "real runs" in tables:
+        parts += ["## Targets (issue 11) on the real runs\n\n", "\n".join(targets(tables["real runs"])), "\n\n"]
+        parts += ["## Side by side on the real runs\n\n", markdown(side_by_side(cv.scores, lcpfn)), "\n"]
+        if lcpfn is None:
+            parts.append("LC-PFN: no per-run scores found (run `python benchmarks/lcpfn_baseline.py evaluate --csv benchmarks/results/lcpfn_runs.csv`).\n\n")
+    for title, table in tables.items():
+        parts += [f"## {title[0].upper() + title[1:]}\n\n", markdown(table[COLUMNS]), "\n"]
+    parts += ["## Fold fits (sampler health)\n\n", markdown(cv.folds), "\n"]
+    text = "".join(parts)
+    (args.out / "calibration.md").write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":

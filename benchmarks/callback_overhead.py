@@ -10,6 +10,10 @@ real GRPO steps, so this is an upper bound on the overhead of a real run.
 Usage::
 
     python benchmarks/callback_overhead.py [--model DIR] [--steps 100]
+
+Writes ``benchmarks/results/callback_overhead.md`` with the command. The two
+trainings run one after the other in this process: a parallel engine would
+distort the timings.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import time
 from pathlib import Path
 
 import torch
+from common import RESULTS, provenance
 from datasets import Dataset
 from transformers import LlamaConfig, LlamaForCausalLM, set_seed
 from trl import GRPOConfig, GRPOTrainer
@@ -31,7 +36,6 @@ import bayes_grpo as bg
 from bayes_grpo.callback import PlateauStoppingCallback
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 _spec = importlib.util.spec_from_file_location("make_trl_fixture", ROOT / "tests" / "fixtures" / "make_trl_fixture.py")
 _fixture = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_fixture)  # type: ignore[union-attr]
@@ -78,7 +82,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="saved model folder (default: bg.default_model())")
     parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder to write the results to (default benchmarks/results)")
     args = parser.parse_args()
+    started = time.perf_counter()
     model = bg.load_model(args.model) if args.model else bg.default_model()
     baseline = _train(args.steps, [])
     callback = _TimedCallback(model, tolerance=0.0, verbose=False)
@@ -91,8 +97,9 @@ def main() -> None:
         f"| {args.steps} | {baseline:.1f} | {with_callback:.1f} | {checks} | {callback.seconds:.2f} | "
         f"{callback.seconds / max(checks, 1):.3f} | {share:.1%} |\n"
     )
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "callback_overhead.md").write_text("# PlateauStoppingCallback overhead (defaults, tiny CPU GRPO run)\n\n" + text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    header = "# PlateauStoppingCallback overhead (defaults, tiny CPU GRPO run)\n\n" + provenance(time.perf_counter() - started) + "\n"
+    (args.out / "callback_overhead.md").write_text(header + text)
     print(text)
 
 

@@ -35,7 +35,7 @@ of :func:`bayes_grpo.calibration.evaluate_run`, so
 :func:`bayes_grpo.calibration.summarise` turns them into the issue's table.
 
     nice -n 15 python benchmarks/lcpfn_baseline.py train --minutes 18
-    python benchmarks/lcpfn_baseline.py evaluate      # writes benchmarks/results/lcpfn.md
+    python benchmarks/lcpfn_baseline.py evaluate      # writes benchmarks/results/lcpfn.md and lcpfn_runs.csv
 """
 
 from __future__ import annotations
@@ -623,7 +623,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     evaluate_cmd.add_argument("--shared", type=Path, default=None, help="folder with index.csv and runs/ (default: settings.shared_runs_dir())")
     evaluate_cmd.add_argument("--prior-curves", type=int, default=300, help="curves of the prior self-check (0: skip)")
     evaluate_cmd.add_argument("--out", type=Path, default=RESULTS / "lcpfn.md")
-    evaluate_cmd.add_argument("--csv", type=Path, default=None, help="also write the per-run scores here")
+    evaluate_cmd.add_argument("--csv", type=Path, default=RESULTS / "lcpfn_runs.csv", help="per-run scores (read by benchmarks/calibration.py --lcpfn)")
     args = parser.parse_args(argv)
 
     if args.command == "train":
@@ -649,7 +649,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parts = [
         "# LC-PFN baseline (issue 11)\n\n",
         _METHOD,
-        f"\n## Training\n\n`{trained}`: " + (trained.read_text().strip() if trained.is_file() else "(no training report found)") + "\n\n",
+        f"\n## Training\n\n`{trained}`:\n\n" + (f"```json\n{trained.read_text().strip()}\n```" if trained.is_file() else "(no training report found)") + "\n\n",
         f"## LC-PFN on the {len(runs)} shared runs\n\n",
         f"Weights: `{args.weights}`; {len(scores)} forecasts in {seconds:.1f} s "
         f"({1000 * seconds / max(len(scores), 1):.0f} ms each). Command: `python {' '.join(sys.argv)}`\n\n",
@@ -665,8 +665,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
-    if args.csv is not None:
-        scores.to_csv(args.csv, index=False)
+    args.csv.parent.mkdir(parents=True, exist_ok=True)
+    scores.to_csv(args.csv, index=False)
 
 
 if __name__ == "__main__":

@@ -47,12 +47,13 @@ def sig(x: float, digits: int = 5) -> float:
 def run_id(args: argparse.Namespace) -> str:
     """File stem that identifies a run by its settings (recipe options appear when not the default)."""
     digits = tasks.DEFAULT_DIGITS[args.task] if args.digits is None else args.digits
-    stem = f"{args.family}-{args.size}-{args.task}{digits}-noise{args.noise:g}"
-    recipe = [f"{k}{getattr(args, k):g}" for k in ("lr", "beta") if getattr(args, k) != _DEFAULTS[k]]
-    recipe += [f"{k}{getattr(args, k)}" for k in ("lr_schedule",) if getattr(args, k) != _DEFAULTS[k]]
-    recipe += [f"{short}{getattr(args, k)}" for k, short in (("num_generations", "g"), ("prompts_per_step", "p"),
-                                                            ("max_steps", "n")) if getattr(args, k) != _DEFAULTS[k]]
-    return "-".join([stem, *recipe, f"s{args.seed}"])
+    parts = [args.family, args.size, f"{args.task}{digits}", f"noise{args.noise:g}", f"lr{args.lr:g}"]
+    if args.lr_schedule != _DEFAULTS["lr_schedule"]:
+        parts.append(args.lr_schedule.replace("_", ""))
+    for key, short in (("beta", "beta"), ("num_generations", "g"), ("prompts_per_step", "p"), ("max_steps", "n")):
+        if getattr(args, key) != _DEFAULTS[key]:
+            parts.append(f"{short}{getattr(args, key):g}")
+    return "-".join([*parts, f"s{args.seed}"])
 
 
 def seed_all(seed: int) -> None:
@@ -288,14 +289,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup-batch", type=int, default=32)
     p.add_argument("--warmup-examples", type=int, default=3000)
     p.add_argument("--lr", type=float, default=3e-4, help="GRPO peak learning rate")
-    p.add_argument("--lr-schedule", choices=("constant", "constant_with_warmup", "cosine", "linear"), default="constant")
+    p.add_argument("--lr-schedule", choices=("constant", "constant_with_warmup", "cosine", "linear"),
+                   default="constant_with_warmup")
     p.add_argument("--lr-warmup", type=float, default=0.1,
                    help="LR warm-up as a fraction of --max-steps (schedules other than constant)")
     p.add_argument("--beta", type=float, default=0.0, help="KL coefficient")
     p.add_argument("--max-steps", type=int, default=300, help="GRPO steps")
     p.add_argument("--prompts", type=int, default=1000, help="GRPO prompts drawn from the GRPO split (repeats allowed)")
     p.add_argument("--prompts-per-step", type=int, default=2)
-    p.add_argument("--num-generations", type=int, default=8)
+    p.add_argument("--num-generations", type=int, default=4)
     p.add_argument("--eval-prompts", type=int, default=32)
     p.add_argument("--eval-samples", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)

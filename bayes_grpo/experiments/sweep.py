@@ -7,12 +7,14 @@ stopped), ``--jobs`` of them at a time in separate processes, each with one torc
 Design (:func:`sweep_argv`):
 
 * **grid**: 3 families x 4 sizes x 3 warm-up label-noise levels (high, middle, low initial
-  reward) x 3 seeds with the base recipe. The task is a Latin square over
-  (family, size, level), so every family x size cell holds all three tasks, each at one
-  level, and the three seeds of a (family, size, level) share their task;
-* **recipe slice**: two grid settings rerun (seed 0) with one recipe change each: cosine or
-  linear decay after a 10% LR warm-up, ``beta > 0``, other group shapes, a higher learning
-  rate, a longer run.
+  reward) x 3 seeds. Task and GRPO learning rate are two orthogonal Latin squares over
+  (family, size, level): every family x size cell holds all three tasks and all three
+  learning rates, each family, size and level meets every task and every learning rate
+  equally often, and the three seeds of a (family, size, level) are replicates (same task,
+  same recipe). Base recipe (``GRID_RECIPE``): 2 prompts x 4 generations per step, 300
+  steps, constant learning rate after a 10% linear warm-up, ``beta = 0``;
+* **recipe slice** (``RECIPE_VARIANTS``): two grid settings rerun (seed 0) with one recipe
+  change each: cosine decay, ``beta > 0``, other group shapes, a longer run.
 """
 
 from __future__ import annotations
@@ -27,18 +29,18 @@ from .generate import add_arguments, generate_run, run_id
 from .models import FAMILIES, SIZES
 
 TASK_ORDER = ("reverse", "sort", "add")
+LR_ORDER = (1e-4, 3e-4, 1e-3)  # GRPO peak learning rates of the grid
 NOISE_LEVELS = (0.2, 0.5, 0.8)  # warm-up label noise -> high, middle, low initial reward
 SEEDS = (0, 1, 2)
+GRID_RECIPE = ["--num-generations", "4", "--prompts-per-step", "2", "--max-steps", "300",
+               "--lr-schedule", "constant_with_warmup", "--lr-warmup", "0.1", "--beta", "0"]
 # (family, size, noise) of the grid settings that the recipe slice varies
-RECIPE_BASES = (("llama", "s", 0.5), ("qwen2", "m", 0.5))
+RECIPE_BASES = (("llama", "s", 0.2), ("gpt_neox", "xs", 0.5))
 RECIPE_VARIANTS: dict[str, list[str]] = {
     "cosine": ["--lr-schedule", "cosine"],
-    "linear": ["--lr-schedule", "linear"],
     "beta": ["--beta", "0.04"],
-    "groups4x4": ["--num-generations", "4", "--prompts-per-step", "4"],
-    "groups1x16": ["--num-generations", "16", "--prompts-per-step", "1"],
-    "lr1e-3": ["--lr", "0.001"],
-    "steps800": ["--max-steps", "800", "--lr-schedule", "cosine"],
+    "groups8": ["--num-generations", "8"],
+    "groups16x1": ["--num-generations", "16", "--prompts-per-step", "1"],
 }
 
 
@@ -66,6 +68,35 @@ def grid_task(family: str, size: str, noise: float) -> str:
     return TASK_ORDER[i % len(TASK_ORDER)]
 
 
+def grid_lr(family: str, size: str, noise: float) -> float:
+    """GRPO learning rate of a grid setting: a Latin square orthogonal to :func:`grid_task`.
+
+    Parameters
+    ----------
+    family, size : str
+        Model family and size.
+    noise : float
+        Warm-up label-noise level (one of ``NOISE_LEVELS``).
+
+    Returns
+    -------
+    float
+        One of ``LR_ORDER``.
+
+    Example
+    -------
+    >>> sorted({grid_lr("qwen2", "m", n) for n in NOISE_LEVELS}) == sorted(LR_ORDER)
+    True
+    """
+    i = FAMILIES.index(family) + list(SIZES).index(size) + 2 * NOISE_LEVELS.index(noise)
+    return LR_ORDER[i % len(LR_ORDER)]
+
+
+def _setting(family: str, size: str, noise: float, seed: int) -> list[str]:
+    return ["--family", family, "--size", size, "--task", grid_task(family, size, noise), "--noise", str(noise),
+            "--lr", str(grid_lr(family, size, noise)), *GRID_RECIPE, "--seed", str(seed)]
+
+
 def sweep_argv() -> list[list[str]]:
     """Generator arguments of every run in the sweep, in the order they are run.
 
@@ -73,18 +104,16 @@ def sweep_argv() -> list[list[str]]:
     -------
     list of list of str
         One argument list per run: the grid seed by seed (so an early stop keeps every
-        cell), then the recipe slice.
+        cell), with the recipe slice before the last seed.
 
     Example
     -------
-    >>> len(sweep_argv()) == len(FAMILIES) * len(SIZES) * len(NOISE_LEVELS) * len(SEEDS) + 14
+    >>> len(sweep_argv()) == len(FAMILIES) * len(SIZES) * len(NOISE_LEVELS) * len(SEEDS) + 8
     True
     """
-    runs = [["--family", f, "--size", s, "--task", grid_task(f, s, n), "--noise", str(n), "--seed", str(seed)]
-            for seed in SEEDS for s in SIZES for f in FAMILIES for n in NOISE_LEVELS]
-    runs += [["--family", f, "--size", s, "--task", grid_task(f, s, n), "--noise", str(n), "--seed", "0", *extra]
-             for f, s, n in RECIPE_BASES for extra in RECIPE_VARIANTS.values()]
-    return runs
+    grid = [[_setting(f, s, n, seed) for s in SIZES for f in FAMILIES for n in NOISE_LEVELS] for seed in SEEDS]
+    recipe = [[*_setting(f, s, n, 0), *extra] for f, s, n in RECIPE_BASES for extra in RECIPE_VARIANTS.values()]
+    return grid[0] + grid[1] + recipe + grid[2]
 
 
 def _run_one(argv: list[str]) -> tuple[str, float, str | None]:
@@ -95,9 +124,12 @@ def _run_one(argv: list[str]) -> tuple[str, float, str | None]:
     t0 = time.time()
     try:
         generate_run(args)
-        return run_id(args), time.time() - t0, None
+        error = None
     except Exception:  # keep going: one failed run must not stop the sweep
-        return run_id(args), time.time() - t0, traceback.format_exc()
+        error = traceback.format_exc()
+    print(f"{time.strftime('%H:%M:%S')} {'FAILED' if error else 'finished'} {run_id(args)} in {time.time() - t0:.0f} s",
+          flush=True)
+    return run_id(args), time.time() - t0, error
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,18 +138,19 @@ def main(argv: list[str] | None = None) -> int:
     Parameters
     ----------
     argv : list of str, optional
-        Command-line arguments (``--out``, ``--jobs``, ``--dry-run``).
+        Command-line arguments (``--out``, ``--jobs``, ``--cluster``, ``--dry-run``).
 
     Returns
     -------
     int
         Number of runs that failed.
     """
-    from joblib import Parallel, delayed
+    from bayes_grpo.parallel import map_jobs
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="data/runs")
-    ap.add_argument("--jobs", type=int, default=2, help="runs at a time (processes, one torch thread each)")
+    ap.add_argument("--jobs", type=int, default=2, help="runs at a time (local processes, one torch thread each)")
+    ap.add_argument("--cluster", default=None, help="Dask scheduler address or local:N (see bayes_grpo.parallel)")
     ap.add_argument("--dry-run", action="store_true", help="list the runs and whether they exist")
     opts = ap.parse_args(argv)
     parser = argparse.ArgumentParser()
@@ -125,21 +158,19 @@ def main(argv: list[str] | None = None) -> int:
     todo = []
     for extra in sweep_argv():
         full = [*extra, "--out", opts.out]
-        done = (Path(opts.out) / f"{run_id(parser.parse_args(full))}.meta.json").exists()
-        print(f"{'done' if done else 'todo'} {run_id(parser.parse_args(full))}", flush=True)
+        name = run_id(parser.parse_args(full))
+        done = (Path(opts.out) / f"{name}.meta.json").exists()
+        print(f"{'done' if done else 'todo'} {name}", flush=True)
         if not done:
             todo.append(full)
     if opts.dry_run or not todo:
         return 0
-    failures = 0
-    results = Parallel(n_jobs=opts.jobs, backend="loky", return_as="generator_unordered")(
-        delayed(_run_one)(a) for a in todo)
-    for name, seconds, error in results:
-        print(f"{time.strftime('%H:%M:%S')} {'FAILED' if error else 'finished'} {name} in {seconds:.0f} s", flush=True)
-        if error:
-            failures += 1
-            print(error, flush=True)
-    return failures
+    results = map_jobs(_run_one, todo, n_jobs=opts.jobs, cluster=opts.cluster, progress=False, desc="GRPO runs",
+                       name=lambda a: " ".join(a))
+    failures = [(name, error) for name, _, error in results if error]
+    for name, error in failures:
+        print(f"FAILED {name}:\n{error}", flush=True)
+    return len(failures)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,73 @@
+"""What the benchmark scripts share: engine options, the results folder, markdown tables, provenance."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import shlex
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def add_engine_args(parser: argparse.ArgumentParser) -> None:
+    """``--jobs``, ``--cluster`` and ``--quiet``: where the independent jobs run (see bayes_grpo.parallel.map_jobs)."""
+    parser.add_argument("--jobs", type=int, default=1, help="local worker processes (default 1: each fit already uses every core)")
+    parser.add_argument("--cluster", metavar="ADDRESS", help="Dask scheduler address (tcp://host:8786), or local:N for a local N-worker cluster")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def add_run_args(parser: argparse.ArgumentParser) -> None:
+    """``--shared``, ``--no-bundled``, ``--max-runs``, ``--folds``, ``--seed``: which runs and how they are split."""
+    parser.add_argument("--shared", type=Path, help="folder with index.csv and runs/ (default: bayes_grpo.settings.shared_runs_dir())")
+    parser.add_argument("--no-bundled", action="store_true", help="leave out the runs bundled with the repository")
+    parser.add_argument("--max-runs", type=int, help="only this many runs, one source at a time (smoke tests)")
+    parser.add_argument("--folds", type=int, default=5, help="folds grouped by source (default 5)")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def fit_options(draws: int | None, chains: int | None) -> dict:
+    """Keyword arguments of bayes_grpo.fit for every fold (None: the package defaults, shorter with BAYES_GRPO_QUICK=1)."""
+    options = {}
+    if draws:
+        options.update(draws=draws, tune=draws)
+    if chains:
+        options["chains"] = chains
+    return options
+
+
+def command_line() -> str:
+    """The command that is running, as it could be typed again."""
+    return "python " + " ".join(shlex.quote(a) for a in [Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
+
+
+def provenance(seconds: float) -> str:
+    """A markdown paragraph: command, date, machine, wall time."""
+    return (
+        f"Command: `{command_line()}`  \n"
+        f"Run {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {platform.machine()} ({platform.system()}), "
+        f"wall time {seconds:.0f} s.\n"
+    )
+
+
+def markdown(table: pd.DataFrame, digits: int = 3) -> str:
+    """A pipe table with floats rounded to ``digits`` (NaN as blank)."""
+    cols = list(table.columns)
+
+    def cell(value: object) -> str:
+        if isinstance(value, float):
+            return "" if pd.isna(value) else f"{value:.{digits}f}"
+        return str(value)
+
+    rows = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
+    rows += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
+    return "\n".join(rows) + "\n"
+
+
+def verdict(ok: bool) -> str:
+    """'met' or '**missed**'."""
+    return "met" if ok else "**missed**"

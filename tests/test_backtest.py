@@ -1,0 +1,101 @@
+"""The stopping backtest: check schedule, regret scoring, baselines, and a real replay with a fitted model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import bayes_grpo as bg
+from bayes_grpo import backtest, measures
+from bayes_grpo.calibration import load_evaluation_runs
+from bayes_grpo.settings import shared_runs_dir
+
+
+def _run(rewards: np.ndarray, steps: np.ndarray | None = None) -> bg.RunLog:
+    steps = np.arange(1, len(rewards) + 1) if steps is None else steps
+    return bg.read_log(pd.DataFrame({"step": steps, "reward": rewards}), run_id="synthetic", family="qwen", params_b=0.5)
+
+
+RISE_THEN_FLAT = np.r_[np.linspace(0.0, 1.0, 50), np.ones(50)]
+
+
+def test_checks_every_two_percent_from_ten_percent_never_at_the_end() -> None:
+    run = _run(RISE_THEN_FLAT)
+    indices, fractions = backtest.check_indices(run)
+    assert indices[0] == 9 and fractions[0] == pytest.approx(0.10)
+    assert np.all(np.diff(indices) == 2) and indices[-1] == 97 and fractions[-1] == pytest.approx(0.98)
+    sparse = _run(RISE_THEN_FLAT[::10], steps=np.arange(10, 101, 10))  # logged every 10 steps
+    indices, fractions = backtest.check_indices(sparse)
+    assert np.all(np.diff(indices) > 0) and indices[0] >= 2 and indices[-1] < len(sparse) - 1
+    assert np.all(sparse.steps[indices] <= fractions * 100 + 1e-9)
+
+
+def test_score_uses_the_measures_regret_and_saved_share() -> None:
+    run = _run(RISE_THEN_FLAT)
+    assert backtest.score(run, None) == {"stop_step": 100, "saved": 0.0, "regret": 0.0}
+    early = backtest.score(run, 19)
+    assert early["stop_step"] == 20 and early["saved"] == pytest.approx(0.8)
+    assert early["regret"] == pytest.approx(measures.regret(run.steps, run.rewards, 20)) and early["regret"] > 0.5
+    assert abs(backtest.score(run, 89)["regret"]) < 0.01
+
+
+def _trace(run: bg.RunLog, default: np.ndarray | None = None) -> backtest.RunTrace:
+    """A trace whose Bayesian decisions are given, to score the baselines and the bookkeeping on their own."""
+    indices, fractions = backtest.check_indices(run)
+    default = np.zeros(indices.size, bool) if default is None else default
+    return backtest.RunTrace(run, "a/b", indices, fractions, default.astype(float), default, (0.9,), default[None], np.full(indices.size, np.nan))
+
+
+def test_baselines_fixed_patience_optuna_and_oracle() -> None:
+    run = _run(RISE_THEN_FLAT + 0.01 * np.cos(np.arange(100)))
+    tr = _trace(run)
+    fixed = backtest.fixed_fraction(0.4)(tr)
+    assert tr.fractions[np.argmax(fixed)] == pytest.approx(0.4) and fixed.sum() == np.sum(tr.fractions >= 0.4 - 1e-9)
+    rising = _trace(_run(np.linspace(0.0, 1.0, 100)))
+    assert not backtest.patience_rule(5)(rising).any() and not backtest.optuna_patient_rule(5)(rising).any()
+    peaked = _trace(_run(np.r_[np.linspace(0.0, 1.0, 40), np.linspace(1.0, 0.6, 60)]))
+    for rule in (backtest.patience_rule(5), backtest.optuna_patient_rule(5)):
+        decisions = rule(peaked)
+        assert decisions.any() and peaked.fractions[np.argmax(decisions)] > 0.4  # only after the peak
+    oracle = backtest.oracle_rule()(tr)
+    first = int(tr.indices[np.argmax(oracle)])
+    assert measures.regret(run.steps, run.rewards, int(run.steps[first])) <= backtest.ORACLE_REGRET
+    assert all(measures.regret(run.steps, run.rewards, int(run.steps[i])) > backtest.ORACLE_REGRET for i in tr.indices[: np.argmax(oracle)])
+
+
+def test_results_count_stops_regret_and_flips() -> None:
+    run = _run(RISE_THEN_FLAT)
+    tr = _trace(run)
+    flicker = np.zeros(tr.indices.size, bool)
+    flicker[[5, 7, 8]] = True  # stop, continue, stop, stop, continue...
+    tr = _trace(run, flicker)
+    results = backtest.evaluate([tr], baselines={"fixed 80%": backtest.fixed_fraction(0.8)})
+    bayes = results[results["rule"] == backtest.DEFAULT_RULE].iloc[0]
+    assert bayes["stop_step"] == run.steps[tr.indices[5]] and bayes["flip_back"]
+    assert bayes["flip_rate"] == pytest.approx(4 / (tr.indices.size - 1))
+    fixed = results[results["rule"] == "fixed 80%"].iloc[0]
+    assert fixed["saved"] == pytest.approx(0.2) and not fixed["flip_back"]
+    table = backtest.summarise(results)
+    assert list(table["rule"]) == [backtest.DEFAULT_RULE, "bayes_grpo threshold", "fixed 80%"]
+    assert {"mean_saved", "median_regret", "share_regret_gt_0.05", "share_regret_gt_0.10", "flip_rate"} <= set(table.columns)
+    fig = backtest.tradeoff_figure(table)
+    assert fig.axes and fig.axes[0].get_xlabel() == "share of runs with regret > 0.05"
+
+
+@pytest.mark.slow
+def test_grouped_backtest_replays_real_runs_with_a_real_model(quick_model) -> None:
+    if shared_runs_dir() is None:
+        pytest.skip("needs the shared external runs (../shared/external_runs)")
+    runs, sources = load_evaluation_runs(bundled=False, max_runs=2, seed=4)
+    result = backtest.backtest(runs, sources, n_folds=2, model=quick_model, thresholds=(0.5, 0.99), every=0.2, progress=False)
+    assert {tr.run.run_id for tr in result.traces} == {r.run_id for r in runs}
+    for tr in result.traces:
+        assert tr.indices.size == tr.probability.size == tr.by_threshold.shape[1] and tr.by_threshold.shape[0] == 2
+        assert np.all((tr.probability >= 0) & (tr.probability <= 1))
+        assert np.all(tr.by_threshold[1] <= tr.by_threshold[0])  # a higher threshold never stops where a lower one goes on
+        assert tr.set == "real"
+    assert set(result.results["run_id"]) == {r.run_id for r in runs}
+    oracle = result.results[result.results["rule"].str.startswith("hindsight oracle")]
+    assert (oracle["regret"] <= backtest.ORACLE_REGRET).all()
+    assert list(result.folds["test_runs"]) == [1, 1]

@@ -1,0 +1,107 @@
+"""Forecast calibration: sources, grouped folds, and scoring a real forecast against its real end."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bayes_grpo import calibration, measures
+from bayes_grpo.errors import BayesGrpoError
+from bayes_grpo.settings import shared_runs_dir
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    groups=st.lists(st.integers(min_value=1, max_value=9), min_size=2, max_size=12),
+    n_folds=st.integers(min_value=2, max_value=12),
+    seed=st.integers(min_value=0, max_value=2**16),
+)
+def test_grouped_folds_never_split_a_source_and_stay_balanced(groups: list[int], n_folds: int, seed: int) -> None:
+    sources = {f"s{g}-r{k}": f"s{g}" for g, size in enumerate(groups) for k in range(size)}
+    if n_folds > len(groups):
+        with pytest.raises(BayesGrpoError, match="n_folds"):
+            calibration.grouped_folds(sources, n_folds, seed)
+        return
+    fold_of = calibration.grouped_folds(sources, n_folds, seed)
+    assert fold_of == calibration.grouped_folds(dict(reversed(list(sources.items()))), n_folds, seed)
+    assert set(fold_of) == set(sources) and set(fold_of.values()) == set(range(n_folds))
+    fold_of_source = {}
+    for run_id, fold in fold_of.items():
+        assert fold_of_source.setdefault(sources[run_id], fold) == fold  # one source, one fold
+    sizes = np.bincount(list(fold_of.values()), minlength=n_folds)
+    assert sizes.max() - sizes.min() <= max(groups)
+
+
+@pytest.fixture(scope="module")
+def shared_runs():
+    if shared_runs_dir() is None:
+        pytest.skip("needs the shared external runs (../shared/external_runs)")
+    return calibration.load_evaluation_runs(bundled=False)
+
+
+def test_sources_come_from_the_loaded_metadata_and_match_the_index(shared_runs) -> None:
+    runs, sources = shared_runs
+    index = calibration.shared_index().set_index("run_id")["source_repo"]
+    assert len(runs) == len(index)
+    assert all(sources[r.run_id] == index[r.run_id] for r in runs)
+    stripped = runs[0].with_meta(extra={})  # no metadata: joined on the index, else bundled
+    assert calibration.source_of(stripped, index.to_dict()) == index[runs[0].run_id]
+    assert calibration.source_of(stripped) == calibration.BUNDLED_SOURCE
+
+
+def test_a_small_subset_spans_many_sources() -> None:
+    if shared_runs_dir() is None:
+        pytest.skip("needs the shared external runs (../shared/external_runs)")
+    runs, sources = calibration.load_evaluation_runs(max_runs=8, seed=2)
+    assert len(runs) == 8 and len(set(sources.values())) == 8
+    assert [r.run_id for r in runs] == [r.run_id for r in calibration.load_evaluation_runs(max_runs=8, seed=2)[0]]
+
+
+@pytest.mark.slow
+def test_scores_of_a_real_forecast_follow_the_definitions(quick_model, few_runs) -> None:
+    run = max(few_runs, key=len)
+    row = calibration.evaluate_run(quick_model, run, 0.3, seed=1)
+    head = measures.cut(run, 0.3)
+    truth, spread = measures.final_reward(run.rewards), measures.reward_spread(run.rewards)
+    assert row["truth"] == pytest.approx(truth) and row["spread"] == pytest.approx(spread)
+    assert row["observed_step"] == head.last_step
+    quantiles = [row[k] for k in ("q05", "q25", "q50", "q75", "q95")]
+    assert quantiles == sorted(quantiles)
+    assert row["error"] == pytest.approx(abs(row["forecast_mean"] - truth) / spread)
+    assert row["persistence_error"] == pytest.approx(abs(measures.persistence(head.rewards) - truth) / spread)
+    assert row["covered_90"] == (row["q05"] <= truth <= row["q95"])
+    assert row["covered_90"] + row["above_q95"] + row["below_q05"] == 1
+    assert row["width_90"] == pytest.approx((row["q95"] - row["q05"]) / spread)
+    expected = measures.quantile_score(truth, dict(zip((0.05, 0.25, 0.5, 0.75, 0.95), quantiles)), spread)
+    assert row["quantile_score"] == pytest.approx(expected)
+    assert row == calibration.evaluate_run(quick_model, run, 0.3, seed=1)  # seeded
+    final = calibration.evaluate_run(quick_model, run, 0.3, seed=1, quantity="final")
+    assert final["truth"] == row["truth"] and final["forecast_mean"] != row["forecast_mean"]
+    with pytest.raises(BayesGrpoError, match="quantity"):
+        calibration.evaluate_run(quick_model, run, 0.3, quantity="median")  # type: ignore[arg-type]
+    # A run logged for only part of its plan: from 50% of the plan, the head already holds the final window.
+    partial = run.with_meta(total_steps=3 * run.last_step)
+    assert calibration.evaluate_run(quick_model, partial, 0.5) is None
+
+
+@pytest.mark.slow
+def test_summaries_by_fraction_set_and_hardest_third(quick_model, few_runs) -> None:
+    scores = calibration.evaluate(quick_model, few_runs[:3], (0.2, 0.5), seed=0)
+    scores["set"] = ["real" if i % 2 else "bundled" for i in range(len(scores))]
+    table = calibration.summarise(scores)
+    assert list(table["fraction"]) == [0.2, 0.5] and table["runs"].sum() == len(scores)
+    assert table["coverage_90"].between(0, 1).all() and (table["coverage_50"] <= table["coverage_90"]).all()
+    assert np.allclose(table["ratio_to_persistence"], table["error"] / table["persistence"])
+    hard = calibration.hardest(scores)
+    assert 0 < len(hard) < len(scores)
+    for fraction, part in scores.groupby("fraction"):
+        picked = hard[hard["fraction"] == fraction]["change_after_cut"]
+        assert len(picked) and picked.min() >= np.quantile(part["change_after_cut"], 2 / 3) - 1e-12
+    tables = calibration.summary_tables(scores)
+    assert {"real runs", "bundled runs", "all runs"} <= set(tables)
+    assert all(isinstance(t, pd.DataFrame) and len(t) for t in tables.values())
+    fig = calibration.calibration_figure(scores)
+    assert len(fig.axes) == 3
