@@ -387,15 +387,18 @@ def fit_fold(train: Sequence[RunLog], fit_options: Mapping[str, Any], seed: int)
     """Fit the hierarchy to one fold's training runs, quietly (its sampler health is kept in ``diagnostics``)."""
     from bayes_grpo.model import fit
 
-    pymc_log = logging.getLogger("pymc")
-    level = pymc_log.level
-    pymc_log.setLevel(logging.ERROR)  # the sampler's chatter would interleave with the folds' progress bar
+    # The sampler's chatter would interleave with the folds' progress bar; its health is kept instead.
+    loggers = [logging.getLogger(name) for name in ("pymc", "pymc.sampling.mcmc", "pymc.stats.convergence")]
+    levels = [log.level for log in loggers]
+    for log in loggers:
+        log.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return fit(list(train), **{"seed": seed, "progressbar": False, "keep_full": False, **fit_options})
     finally:
-        pymc_log.setLevel(level)
+        for log, level in zip(loggers, levels):
+            log.setLevel(level)
 
 
 def fold_health(model: FittedModel) -> dict[str, Any]:
@@ -600,7 +603,8 @@ def calibration_figure(scores: pd.DataFrame) -> Figure:
     Returns
     -------
     matplotlib.figure.Figure
-        Three panels: 90% coverage, 50% coverage, mean error (forecast, persistence, paper law).
+        Three panels: 90% coverage, 50% coverage (real runs, their hardest third, bundled runs),
+        and mean error of the forecast, persistence and the paper law (real runs).
 
     Example
     -------
@@ -609,6 +613,8 @@ def calibration_figure(scores: pd.DataFrame) -> Figure:
     import matplotlib.pyplot as plt
 
     tables = summary_tables(scores)
+    if any(title.startswith(("real", "bundled")) for title in tables):
+        tables = {title: table for title, table in tables.items() if not title.startswith("all")}
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), layout="constrained")
     for ax, column, band in ((axes[0], "coverage_90", (0.85, 0.95)), (axes[1], "coverage_50", (0.40, 0.60))):
         ax.axhspan(*band, color="C2", alpha=0.15, lw=0, label="target")

@@ -197,7 +197,10 @@ def generate_run(args: argparse.Namespace) -> Path:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = run_id(args)
-    tmp = tempfile.mkdtemp(prefix="bayes_grpo_trainer_")  # trainer scratch; nothing is saved there
+    tmp = tempfile.mkdtemp(prefix="bayes_grpo_trainer_")  # trainer scratch, deleted after the run
+    if args.beta > 0:  # TRL builds the KL reference from the config's path: point it at the warmed-up policy
+        model.save_pretrained(Path(tmp) / "reference")
+        model.config._name_or_path = str(Path(tmp) / "reference")
     config = GRPOConfig(
         output_dir=tmp, use_cpu=True, bf16=False, fp16=False,
         learning_rate=args.lr, lr_scheduler_type=args.lr_schedule,
