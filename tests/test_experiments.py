@@ -159,3 +159,22 @@ def test_card_statistics_match_reference_definitions() -> None:
     assert rising["took_off"] == 1.0 and rising["rise"] > 10 and 0.2 < rising["t50"] < 0.4 and rising["decline"] < 0.1
     peaked = shape_stats(steps, np.exp(-(((steps - 120) / 40) ** 2)))
     assert peaked["decline"] > 0.9 and peaked["took_off"] == 0.0
+
+
+def test_card_grid_recipe_matches_sweep_and_generator() -> None:
+    import argparse
+
+    from bayes_grpo.experiments.card import GRID_RECIPE
+    from bayes_grpo.experiments.generate import add_arguments
+    from bayes_grpo.experiments.sweep import sweep_argv
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    grid = [parser.parse_args(a) for a in sweep_argv()[:72]]
+    for args in grid:
+        assert (args.lr_schedule, args.beta, args.num_generations, args.prompts_per_step, args.max_steps) == (
+            GRID_RECIPE["lr_scheduler_type"], GRID_RECIPE["beta"], GRID_RECIPE["num_generations"],
+            GRID_RECIPE["prompts_per_step"], 300)
+    slice_ = [parser.parse_args(a) for a in sweep_argv()[72:80]]
+    assert all((a.lr_schedule, a.beta, a.num_generations, a.prompts_per_step) != tuple(
+        GRID_RECIPE[k] for k in ("lr_scheduler_type", "beta", "num_generations", "prompts_per_step")) for a in slice_)

@@ -43,6 +43,18 @@ def test_progress_shows_jobs_done_and_quiet_shows_nothing(capsys: pytest.Capture
     assert capsys.readouterr().err == ""
 
 
+def test_map_jobs_runs_on_a_dask_scheduler_given_by_address() -> None:
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        address = cluster.scheduler_address
+        assert address.startswith("tcp://")
+        assert map_jobs(_square_unless_three, [5, 1, 2], cluster=address, progress=False) == [25, 1, 4]
+        with pytest.raises(ValueError, match="three is not allowed") as info:
+            map_jobs(_square_unless_three, [1, 3], cluster=address, progress=False)
+        assert any("job 2/2 (3) failed" in note for note in info.value.__notes__)
+
+
 @pytest.mark.slow
 def test_grouped_cross_validation_on_a_local_dask_cluster_equals_the_serial_run() -> None:
     """Four real runs from four sources, two folds, short PyMC fits: Dask (2 workers) == serial, exactly."""

@@ -109,24 +109,26 @@ def _final(df: pd.DataFrame) -> float:
     return float(df["reward"].iloc[-max(1, len(df) // 10):].mean())
 
 
-def _is_grid(meta: dict) -> bool:
+GRID_RECIPE = {"lr_scheduler_type": "constant_with_warmup", "beta": 0.0, "num_generations": 4, "prompts_per_step": 2}
+"""Hyperparameters of the grid runs (``sweep.GRID_RECIPE``, 300 steps); other runs are the recipe slice."""
+
+
+def is_grid(meta: dict) -> bool:
+    """True for a run of the family x size x level x seed grid, False for the recipe slice."""
     h = meta["hyperparameters"]
-    return (h["lr_scheduler_type"] == "constant" and h["beta"] == 0 and h["num_generations"] == 8
-            and h["prompts_per_step"] == 2 and meta["total_steps"] == 300 and h["learning_rate"] == GRID_LR)
-
-
-GRID_LR = 1.5e-4
+    return meta["total_steps"] == 300 and all(h[k] == v for k, v in GRID_RECIPE.items())
 
 
 def seed_spread(runs: list[tuple[dict, pd.DataFrame]]) -> pd.DataFrame:
-    """Per grid setting (family, size, task, noise): initial and final reward across seeds, with their SDs."""
+    """Per grid setting (family, size, task, noise, learning rate): initial and final reward across seeds, with their SDs."""
     rows = []
     for m, d in runs:
-        if _is_grid(m):
+        if is_grid(m):
             rows.append({"family": m["family"], "size": m["size"], "task": m["task"], "noise": m["warmup"]["label_noise"],
-                         "seed": m["seeds"]["run"], "initial": m["initial_reward"], "final": _final(d)})
+                         "lr": m["hyperparameters"]["learning_rate"], "seed": m["seeds"]["run"],
+                         "initial": m["initial_reward"], "final": _final(d)})
     t = pd.DataFrame(rows)
-    g = t.groupby(["family", "size", "task", "noise"])
+    g = t.groupby(["family", "size", "task", "noise", "lr"])
     return pd.DataFrame({"seeds": g["seed"].count(), "initial_mean": g["initial"].mean(), "initial_sd": g["initial"].std(),
                          "final_mean": g["final"].mean(), "final_sd": g["final"].std()}).reset_index()
 
@@ -162,15 +164,15 @@ def card_markdown(runs_dir: Path, shared: Path | None) -> str:
     for c in ("took_off", "declined"):
         lines.append(f"| {c.replace('_', ' ')} | " + " | ".join(f"{s[c]:.0%}" for _, s in cols) + " |")
     meta = pd.DataFrame([{"family": m["family"], "size": m["size"], "n_params": m["n_params"], "task": m["task"],
-                          "grid": _is_grid(m), "s_per_step": m["s_per_step"], "wall_time_s": m["wall_time_s"],
+                          "grid": is_grid(m), "s_per_step": m["s_per_step"], "wall_time_s": m["wall_time_s"],
                           "warmup_time_s": m["warmup_time_s"], "initial": m["initial_reward"], "final": _final(d)}
                          for m, d in runs])
-    cells = meta.pivot_table(index="family", columns="size", values="n_params", aggfunc="count")
+    cells = meta.pivot_table(index="family", columns="size", values="n_params", aggfunc="count").fillna(0)
     sizes = meta.groupby("size")["n_params"].median().sort_values().index
     lines += ["", "Runs per family × size cell (all runs; grid runs are 9 per cell):", "",
               "| family | " + " | ".join(sizes) + " |", "|---|" + "---|" * len(sizes)]
     lines += [f"| {f} | " + " | ".join(str(int(cells.loc[f, s])) for s in sizes) + " |" for f in cells.index]
-    params = meta.groupby(["family", "size"])["n_params"].first().unstack()[list(sizes)]
+    params = meta.groupby(["family", "size"])["n_params"].first().unstack()[list(sizes)].fillna(0)
     lines += ["", "Parameters:", "", "| family | " + " | ".join(sizes) + " |", "|---|" + "---|" * len(sizes)]
     lines += [f"| {f} | " + " | ".join(f"{int(params.loc[f, s]):,}" for s in sizes) + " |" for f in params.index]
     by_task = meta.groupby("task")[["initial", "final"]].median()
@@ -178,10 +180,12 @@ def card_markdown(runs_dir: Path, shared: Path | None) -> str:
               "| task | runs | initial | final |", "|---|---|---|---|"]
     lines += [f"| {t} | {int((meta.task == t).sum())} | {r.initial:.3f} | {r.final:.3f} |" for t, r in by_task.iterrows()]
     spread = seed_spread(runs)
-    lines += ["", "Seed-to-seed spread per grid setting (3 seeds each; SD across seeds):", "",
-              "| family | size | task | noise | initial (mean ± sd) | final (mean ± sd) |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r.family} | {r['size']} | {r.task} | {r.noise:g} | {r.initial_mean:.3f} ± {r.initial_sd:.3f} | "
-              f"{r.final_mean:.3f} ± {r.final_sd:.3f} |" for _, r in spread.iterrows()]
+    lines += ["", "Seed-to-seed spread per grid setting (SD across seeds; final = mean of the last 10% of steps):", "",
+              "| family | size | task | noise | GRPO lr | seeds | initial (mean ± sd) | final (mean ± sd) |",
+              "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r.family} | {r['size']} | {r.task} | {r.noise:g} | {r.lr:g} | {r.seeds} | "
+              f"{r.initial_mean:.3f} ± {r.initial_sd:.3f} | {r.final_mean:.3f} ± {r.final_sd:.3f} |"
+              for _, r in spread.iterrows()]
     lines += ["", f"Median SD across seeds: initial {spread.initial_sd.median():.3f}, final {spread.final_sd.median():.3f}."]
     speed = meta.groupby("size")[["n_params", "s_per_step", "warmup_time_s", "wall_time_s"]].median().loc[sizes]
     lines += ["", "Speed (medians per size; 1 torch thread per run on a shared 2-core CPU):", "",
@@ -193,7 +197,7 @@ def card_markdown(runs_dir: Path, shared: Path | None) -> str:
 
 
 def figure(runs: list[tuple[dict, pd.DataFrame]], path: Path) -> None:
-    """Grid of reward curves: rows = families, columns = sizes, colour = warm-up noise level.
+    """Grid of smoothed reward curves: rows = families, columns = sizes, colour = task.
 
     Parameters
     ----------
@@ -209,17 +213,17 @@ def figure(runs: list[tuple[dict, pd.DataFrame]], path: Path) -> None:
 
     fams = sorted({m["family"] for m, _ in runs})
     sizes = sorted({m["size"] for m, _ in runs}, key=lambda s: min(m["n_params"] for m, _ in runs if m["size"] == s))
-    noises = sorted({m["warmup"]["label_noise"] for m, _ in runs})
-    colours = dict(zip(noises, plt.cm.viridis(np.linspace(0.0, 0.85, len(noises)))))
+    task_names = sorted({m["task"] for m, _ in runs})
+    colours = dict(zip(task_names, plt.cm.tab10(np.arange(len(task_names)))))
     fig, axes = plt.subplots(len(fams), len(sizes), figsize=(3.2 * len(sizes), 2.4 * len(fams)),
                              sharex=True, sharey=True, squeeze=False)
     for m, d in runs:
         ax = axes[fams.index(m["family"])][sizes.index(m["size"])]
-        c = colours[m["warmup"]["label_noise"]]
         steps = d["step"].to_numpy(float)
         curve = smoothed(steps, d["reward"].to_numpy(float), SMOOTHING_BANDWIDTH)
-        ax.plot(steps, curve, color=c, lw=1.0, alpha=0.9 if _is_grid(m) else 0.5,
-                ls="-" if _is_grid(m) else ":", label=f"noise {m['warmup']['label_noise']:g}")
+        grid = is_grid(m)
+        ax.plot(steps, curve, color=colours[m["task"]], lw=1.0 if grid else 0.8, alpha=0.8 if grid else 0.6,
+                ls="-" if grid else ":", label=m["task"])
         ax.set_title(f"{m['family']} {m['size']} (~{m['n_params'] / 1e3:.0f}k params)", fontsize=9)
     for ax in axes[-1]:
         ax.set_xlabel("GRPO step")
