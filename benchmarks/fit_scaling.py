@@ -20,6 +20,10 @@ divergences, the machine load, and the error of the recovered population
 parameters (posterior mean minus truth, absolute and in posterior SDs; only
 the declared-range kind's parameters, the kind the runs are simulated on).
 
+``--sampler numpyro`` runs the same fits through ``pm.sample(nuts_sampler="numpyro")``
+(JAX; it uses a GPU when JAX sees one). It needs ``numpyro`` and ``jax``, which are
+not dependencies of the package; where it overtakes nutpie on CPU is not measured yet.
+
 Results go to ``benchmarks/results/fit_scaling.{md,csv,png}``; the plot is wall
 time against runs x bins (the size of the likelihood) on log-log axes with the
 fitted exponent.

@@ -14,7 +14,15 @@ import bayes_grpo as bg
 from bayes_grpo.errors import ModelError
 from bayes_grpo.forecast import Forecast
 from bayes_grpo.prepare import prepare_run
-from bayes_grpo.stopping import decision_from_forecast, probability_from_forecast, remaining_gain, reward_scale, trend_gain
+from bayes_grpo.stopping import (
+    MIN_STOP_FRACTION,
+    below_best,
+    decision_from_forecast,
+    probability_from_forecast,
+    remaining_gain,
+    reward_scale,
+    trend_gain,
+)
 
 
 def _run(rewards: np.ndarray, reward_range: tuple[float, float] | None = None, total: int = 100) -> bg.RunLog:
@@ -102,7 +110,7 @@ def test_probability_is_monotone_in_tolerance(rise: list[float], tolerances: lis
 
 
 def test_threshold_decision_fields_and_explanation() -> None:
-    flat = decision_from_forecast(_rising(np.full(100, 0.001)), threshold=0.9, tolerance=0.01)
+    flat = decision_from_forecast(_rising(np.full(100, 0.001)), threshold=0.9, tolerance=0.01, min_fraction=0.0)
     assert flat.should_stop and flat.probability == 1.0
     assert flat.step == 40 and flat.total_steps == 100 and flat.compute_saved == pytest.approx(0.6)
     assert flat.gain_interval[0] <= flat.expected_gain <= flat.gain_interval[1]
@@ -110,7 +118,7 @@ def test_threshold_decision_fields_and_explanation() -> None:
     assert 1 <= flat.best_step <= 40 and not flat.declining and flat.optimal_stop_step is None
     assert flat.explain().startswith("Stop now") and "\n" not in flat.explain()
     json.dumps(flat.to_dict())
-    rising = decision_from_forecast(_rising(np.linspace(0.0, 0.3, 100)), threshold=0.9, tolerance=0.01)
+    rising = decision_from_forecast(_rising(np.linspace(0.0, 0.3, 100)), threshold=0.9, tolerance=0.01, min_fraction=0.0)
     assert not rising.should_stop and rising.explain().startswith("Keep training")
     assert rising.best_step == flat.best_step  # named from the logged rewards, whatever the decision
 
@@ -171,3 +179,60 @@ def test_model_stop_probability_monotone_in_tolerance_on_a_real_forecast() -> No
     assert all(a <= b for a, b in zip(probs, probs[1:]))
     decision = model.stop_decision(run, threshold=0.9, tolerance=0.01, n_draws=300)
     assert isinstance(decision, bg.StopDecision) and decision.step == 60 and decision.total_steps == 200
+
+
+def test_no_plateau_stop_before_the_minimum_fraction() -> None:
+    fc = _rising(np.full(100, 0.001))  # P(plateau) = 1, but only 40 of 100 steps logged
+    early = decision_from_forecast(fc)
+    assert early.probability == 1.0 and not early.should_stop
+    assert MIN_STOP_FRACTION > 0.4
+    assert decision_from_forecast(fc, min_fraction=0.4).should_stop
+    with pytest.raises(ModelError):
+        decision_from_forecast(fc, min_fraction=1.5)
+
+
+def _plateau_run(n: int, total: int, seed: int = 0, dip_at: int | None = None) -> bg.RunLog:
+    """Rises fast, then sits on a plateau at 0.7; optionally one logged step dips by 0.25 (10 noise SDs)."""
+    rng = np.random.default_rng(seed)
+    steps = np.arange(1, n + 1)
+    rewards = 0.2 + 0.5 * (1 - np.exp(-steps / (0.08 * total))) + 0.025 * rng.standard_normal(n)
+    if dip_at is not None:
+        rewards[dip_at] -= 0.25
+    frame = pd.DataFrame({"step": steps, "reward": rewards})
+    return bg.read_log(frame, run_id="plateau", family="qwen", params_b=1.5, total_steps=total, reward_range=(0.0, 1.0))
+
+
+def test_a_clear_plateau_late_in_the_run_stops() -> None:
+    model = _model_or_skip()
+    decision = model.stop_decision(_plateau_run(700, 1000), n_draws=300)
+    assert decision.should_stop and decision.probability >= decision.threshold
+    assert not decision.declining and decision.compute_saved == pytest.approx(0.3)
+
+
+def test_a_flat_run_early_does_not_stop() -> None:
+    model = _model_or_skip()
+    rng = np.random.default_rng(5)
+    frame = pd.DataFrame({"step": np.arange(1, 121), "reward": 0.2 + 0.03 * rng.standard_normal(120)})
+    run = bg.read_log(frame, run_id="flat", family="qwen", params_b=1.5, total_steps=1000, reward_range=(0.0, 1.0))
+    decision = model.stop_decision(run, n_draws=300)
+    assert not decision.should_stop
+    assert "Keep training" in decision.explain()
+
+
+@pytest.mark.parametrize("dip_at", [690, 695, 699])
+def test_one_dip_on_a_plateau_gives_the_same_decision_as_without_it(dip_at: int) -> None:
+    model = _model_or_skip()
+    clean = model.stop_decision(_plateau_run(700, 1000), n_draws=300)
+    dipped = model.stop_decision(_plateau_run(700, 1000, dip_at=dip_at), n_draws=300)
+    assert dipped.should_stop == clean.should_stop
+    assert not below_best(model.forecast(_plateau_run(700, 1000, dip_at=dip_at), n_draws=300))
+
+
+def test_a_run_in_a_sustained_dip_waits_and_a_decline_names_the_peak() -> None:
+    run = _peaked_run(0)
+    fc = _forecast(np.full((3, 201), 0.2), run, np.arange(600, 801), np.full(3, 0.2))
+    decision = decision_from_forecast(fc)
+    assert decision.probability == 1.0  # nothing left to gain...
+    assert below_best(fc) and decision.declining  # ...but the run sits far below its peak
+    assert not decision.should_stop  # measured: real runs that fall often recover, so a decline alone does not stop
+    assert 180 <= decision.best_step <= 330 and "keep that checkpoint" in decision.explain()
