@@ -19,6 +19,7 @@ _PUBLIC = {
     "RunSet": "bayes_grpo.logs",
     "RunMetadata": "bayes_grpo.logs",
     "read_log": "bayes_grpo.logs",
+    "read_runs": "bayes_grpo.logs",
     "load_runs": "bayes_grpo.logs",
     "fit": "bayes_grpo.model",
     "FittedModel": "bayes_grpo.model",
