@@ -229,11 +229,23 @@ def test_one_dip_on_a_plateau_gives_the_same_decision_as_without_it(dip_at: int)
     assert not below_best(model.forecast(_plateau_run(700, 1000, dip_at=dip_at), n_draws=300))
 
 
-def test_a_run_in_a_sustained_dip_waits_and_a_decline_names_the_peak() -> None:
-    run = _peaked_run(0)
+def test_a_run_that_fell_from_its_peak_stops_and_keeps_the_peak() -> None:
+    run = _peaked_run(0)  # 0.2 -> 0.7 at step 250 -> 0.21 at step 600, of 800 planned
     fc = _forecast(np.full((3, 201), 0.2), run, np.arange(600, 801), np.full(3, 0.2))
     decision = decision_from_forecast(fc)
-    assert decision.probability == 1.0  # nothing left to gain...
-    assert below_best(fc) and decision.declining  # ...but the run sits far below its peak
-    assert not decision.should_stop  # measured: real runs that fall often recover, so a decline alone does not stop
-    assert 180 <= decision.best_step <= 330 and "keep that checkpoint" in decision.explain()
+    assert decision.probability == 1.0 and below_best(fc) and decision.declining
+    assert decision.should_stop and 180 <= decision.best_step <= 330
+    assert f"peaked at step {decision.best_step}" in decision.explain() and "keep that checkpoint" in decision.explain()
+
+
+def test_a_run_in_a_dip_waits_for_it_to_recover_or_deepen() -> None:
+    run = _plateau_run(700, 1000)
+    rewards = run.rewards.copy()
+    rewards[640:] -= 0.1  # a sustained dip, small next to the run's spread
+    dipped = _run(rewards, reward_range=(0.0, 1.0), total=1000)
+    fc = _forecast(np.full((3, 301), 0.6), dipped, np.arange(700, 1001), np.full(3, 0.6))
+    decision = decision_from_forecast(fc)
+    assert decision.probability == 1.0 and below_best(fc)
+    assert not decision.should_stop and "not trusted yet" in decision.explain()
+    flat = _forecast(np.full((3, 301), 0.7), run, np.arange(700, 1001), np.full(3, 0.7))
+    assert decision_from_forecast(flat).should_stop  # the same run without the dip stops
