@@ -21,11 +21,12 @@ import numpy as np
 import pandas as pd
 
 import bayes_grpo as bg
-from bayes_grpo.report import horizon, pick_runs
+from bayes_grpo.measures import final_reward, horizon
+from bayes_grpo.report import pick_runs
 
 QUICK = os.environ.get("BAYES_GRPO_QUICK", "0") == "1"  # CI: few runs, short sampler runs
 pd.set_option("display.precision", 3)
-warnings.filterwarnings("ignore", message=".*(idata_kwargs|BLAS|PatientPruner).*")  # library chatter"""
+warnings.filterwarnings("ignore", message=".*(idata_kwargs|BLAS|PatientPruner|removed in v6).*")  # library chatter"""
 
 FIT_POSTERIOR = [
     "# Fit the hierarchical reward-curve model\n\n"
@@ -57,7 +58,7 @@ print(model.diagnostics)""",
 az.summary(model.idata, var_names=population, kind="diagnostics")""",
     """az.plot_rank(model.idata, var_names=["gain_size", "gain_init", "tau_size", "tau_init"], kind="vlines", figsize=(10, 4))
 plt.tight_layout()""",
-    "## Population effects\n\n`gain_size` and `tau_size` say how the total gain and the (log) timescale of the rise "
+    "## Population effects\n\n`gain_size` and `tau_size` say how the total gain (on an asinh scale) and the (log) timescale of the rise "
     "change per factor of 10 in model size; `gain_init` and `tau_init` how they change with the initial reward. An "
     "interval away from zero is an effect the data support.",
     """effects = ["gain_size", "gain_init", "tau_size", "tau_init"]
@@ -68,12 +69,16 @@ plt.axvline(0, color="k", lw=0.6, ls=":");""",
     "gets the population average with the between-family spread added.",
     """az.plot_forest(model.idata, var_names=["fam_gain", "fam_tau"], combined=True, hdi_prob=0.9, figsize=(6, 4))
 plt.axvline(0, color="k", lw=0.6, ls=":");""",
-    "## Save and reuse\n\n`model.save(folder)` keeps the population posterior (and the full fit); `bg.load_model(folder)` "
-    "or `bayes-grpo forecast LOG --model folder` use it later. Here it goes to a temporary folder.",
+    "## Save and reuse\n\n`model.save(path)` writes one NetCDF file: the population posterior and the full fit, "
+    "with attributes recording the package version, the model settings (`model.model_config`), the curve form and the "
+    "runs it was fitted on. `bg.load_model(path)` or `bayes-grpo forecast LOG --model path` use it later, and refuse a "
+    "file that is not a bayes_grpo model or comes from an incompatible version. Here it goes to a temporary folder.",
     """import tempfile
 
-saved = model.save(os.path.join(tempfile.mkdtemp(), "model"))
-bg.load_model(saved).families""",
+saved = model.save(os.path.join(tempfile.mkdtemp(), "model.nc"))
+loaded = bg.load_model(saved)
+print(saved.name, f"{saved.stat().st_size / 1e6:.1f} MB")
+pd.Series({"form": loaded.form, "families": loaded.families, "fitted on": loaded.fitted_on["n_runs"], "draws": loaded.sampler_config.draws})""",
 ]
 
 FORECAST_A_RUN = [
@@ -104,7 +109,7 @@ plt.legend(fontsize=7);""",
     """final = fc.final
 pd.DataFrame(
     {"mean": [final.mean], "median": [final.quantile(0.5)], "50% interval": [final.interval(0.5)],
-     "90% interval": [final.interval(0.9)], "actual (last 10% of steps)": [full.rewards[-max(1, len(full) // 10):].mean()]}
+     "90% interval": [final.interval(0.9)], "actual (last 10% of steps)": [final_reward(full.rewards)]}
 )""",
     "## Intervals narrow as the run goes on\n\nThe same run forecast from more and more of its steps.",
     """fractions = [0.1, 0.2, 0.3, 0.5] if QUICK else [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
@@ -117,7 +122,7 @@ intervals = pd.DataFrame(rows, columns=["fraction", "step", "mean", "q05", "q95"
 ax = plt.subplots(figsize=(6, 3))[1]
 ax.fill_between(intervals.fraction, intervals.q05, intervals.q95, alpha=0.3, label="90% interval of the final reward")
 ax.plot(intervals.fraction, intervals["mean"], "o-", label="forecast mean")
-ax.axhline(full.rewards[-max(1, len(full) // 10):].mean(), color="k", ls=":", label="actual")
+ax.axhline(final_reward(full.rewards), color="k", ls=":", label="actual (last 10% of steps)")
 ax.set_xlabel("fraction of steps seen")
 ax.set_ylabel("final reward")
 ax.legend(fontsize=7);""",
@@ -150,24 +155,89 @@ ax.set_ylim(0, 1.02)
 ax.set_ylabel("P(plateau)")
 ax.legend(fontsize=7, loc="lower right");""",
     "## One decision, explained\n\n`stop_decision` returns the evidence: probability, expected remaining gain with "
-    "its interval, the step where the curve plateaus, and the compute saved by stopping now.",
+    "its interval, the step where the curve plateaus, and the compute saved by stopping now. It also names the checkpoint "
+    "to keep: `best_step` is the logged step with the highest smoothed reward so far, and `declining` says whether the "
+    "run has peaked (its smoothed reward now clearly below that at `best_step`). A rule that trusts a high probability "
+    "too early, or inside a dip below the best, waits (the sentence says so).",
     """crossed = curve[curve.probability >= 0.9]
 step = int(crossed.step.iloc[0]) if len(crossed) else int(curve.step.iloc[-1])
 decision = model.stop_decision(run.head(step), total_steps=horizon(run))
 print(decision.explain())
-pd.Series({k: decision.to_dict()[k] for k in ("step", "probability", "expected_gain", "plateau_step", "compute_saved", "should_stop")})""",
-    "## Against simple rules\n\nThe backtest replays finished runs and scores each rule by the compute it saves and "
-    "its *regret*: the share of the run's smoothed reward range that stopping there gave up. Baselines: stop at a "
-    "fixed fraction of the steps, or after `patience` checks without a new best smoothed reward (like "
-    "`EarlyStoppingCallback`). `benchmarks/backtest_stopping.py` runs this on every run.",
+pd.Series({k: decision.to_dict()[k] for k in ("step", "probability", "expected_gain", "plateau_step", "compute_saved", "best_step", "declining", "should_stop")})""",
+    "## The callback during training\n\n`PlateauStoppingCallback` makes the same decision inside a `GRPOTrainer` "
+    "run every `check_every` steps, logs `plateau/probability`, `plateau/expected_gain`, `plateau/best_step` and the "
+    "forecast quantiles, and stops training when the rule says so. When the trainer saves checkpoints, "
+    "`best_checkpoint` names the saved folder holding the best step (or the nearest one saved before it). Below, a real "
+    "`GRPOTrainer` run on CPU: a one-layer Llama built from a config, the character tokenizer of the test fixtures, and "
+    "a toy reward that rises for 12 steps and then falls, so the best checkpoint lies before the end.",
+    """import contextlib
+import io
+import sys
+import tempfile
+
+from datasets import Dataset
+from transformers import LlamaConfig, LlamaForCausalLM, set_seed
+from trl import GRPOConfig, GRPOTrainer
+
+sys.path.insert(0, "../tests/fixtures")
+from make_trl_fixture import build_tokenizer  # a character-level tokenizer built locally, no download
+
+calls, rng = [0], np.random.default_rng(1)
+
+
+def peaked_reward(completions, **_):
+    \"\"\"Toy reward: rises for 12 trainer steps, then falls.\"\"\"
+    calls[0] += 1
+    level = 0.05 * min(calls[0], 12) - 0.03 * max(calls[0] - 12, 0)
+    return list(level + 0.01 * rng.standard_normal(len(completions)))
+
+
+set_seed(0)
+tokenizer = build_tokenizer()
+tiny = LlamaForCausalLM(LlamaConfig(
+    vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+    num_key_value_heads=2, max_position_embeddings=64, pad_token_id=tokenizer.pad_token_id,
+    bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+))
+output_dir = tempfile.mkdtemp()
+callback = bg.PlateauStoppingCallback(model, check_every=5, min_fraction=0.25, verbose=False)
+trainer = GRPOTrainer(
+    model=tiny, reward_funcs=[peaked_reward], processing_class=tokenizer, callbacks=[callback],
+    train_dataset=Dataset.from_dict({"prompt": [f"what is {a} + {b} ?" for a in range(4) for b in range(4)]}),
+    args=GRPOConfig(
+        output_dir=output_dir, max_steps=30, per_device_train_batch_size=4, num_generations=4, max_completion_length=4,
+        learning_rate=1e-3, logging_steps=1, save_strategy="steps", save_steps=5, report_to="none", use_cpu=True,
+        bf16=False, seed=0, disable_tqdm=True,
+    ),
+)
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # the trainer's own chatter
+    trainer.train()
+print("stopped at step", callback.stopped_at, "| best step", callback.decisions[-1].best_step, "| keep", callback.best_checkpoint)
+print(callback.stop_message())""",
+    """logged = pd.DataFrame([e for e in trainer.state.log_history if "plateau/probability" in e])
+logged[["step", "reward", "plateau/probability", "plateau/best_step", "forecast/final_q05", "forecast/final_q95"]]""",
+    "## Against simple rules\n\nThe backtest replays finished runs, consulting each rule every 2% of the steps from "
+    "10% on with only the steps logged so far, and scores it by the share of steps it saves and its *regret*: how far "
+    "the run's Gaussian-kernel smoothed reward (bandwidth 8% of the steps) at the stop lies below that at the end, as a "
+    "share of the run's 10-90% reward spread. Baselines: stop at a fixed fraction of the steps, after `patience` checks "
+    "without a new best smoothed reward (like `EarlyStoppingCallback`), Optuna's `PatientPruner`, and the hindsight "
+    "oracle, which knows the future. A negative regret means the reward fell after the stop. Here the shipped model replays runs it was fitted on (quick mode: three runs, a "
+    "check every 5%); `benchmarks/backtest_stopping.py` replays every run with models fitted without the run's source.",
     """from bayes_grpo import backtest
 
 sample = pick_runs(runs, 3 if QUICK else len(runs))
-traces = [backtest.trace(model, r, checks=10 if QUICK else 50, n_draws=200 if QUICK else 400) for r in sample]
-results = backtest.evaluate(traces, thresholds=[0.8, 0.9, 0.95], tolerances=[0.01])
-backtest.summarise(results)[["rule", "threshold", "runs", "mean_saved", "median_regret", "share_regret_gt_0.05"]]""",
-    "A good rule saves much compute with little regret. Fixed fractions ignore the run; patience rules react to "
-    "noise; the Bayesian rule stops once the forecast says little is left, which also tells you how sure it is.",
+traces = [
+    backtest.trace(model, r, thresholds=[0.8, 0.9, 0.95], forecast_options={"n_draws": 200 if QUICK else 400}, every=0.05 if QUICK else 0.02)
+    for r in sample
+]
+results = backtest.evaluate(traces)
+summary = backtest.summarise(results)
+summary[["rule", "threshold", "runs", "mean_saved", "median_regret", "share_regret_gt_0.05"]]""",
+    """backtest.tradeoff_figure(summary, title="shipped model, bundled runs (in-sample)");""",
+    "A good rule saves much compute with little regret: up and to the left in the figure, towards the oracle. Fixed "
+    "fractions ignore the run; patience rules react to noise; the Bayesian rule stops once the forecast says little is "
+    "left, which also tells you how sure it is. A few runs in-sample say little: the measured figures are in the "
+    "README and `benchmarks/results/backtest_stopping.md`.",
 ]
 
 NOTEBOOKS = {
@@ -178,9 +248,15 @@ NOTEBOOKS = {
 
 
 def build(cells: list[str]) -> nbformat.NotebookNode:
-    """A notebook without outputs: prose cells start with '#' or a capital letter, code cells never do."""
+    """A notebook without outputs: prose cells start with '#' or a capital letter, code cells never do.
+
+    Cell ids are their positions, so regenerating an unchanged notebook gives the same file.
+    """
     return new_notebook(
-        cells=[new_markdown_cell(c) if c[0] == "#" or c[0].isupper() else new_code_cell(c) for c in cells],
+        cells=[
+            (new_markdown_cell if c[0] == "#" or c[0].isupper() else new_code_cell)(c, id=f"cell-{i}")
+            for i, c in enumerate(cells)
+        ],
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
     )
 

@@ -1,12 +1,13 @@
 """The bayes-grpo CLI: exit 0 on good logs, exit 2 with one stderr line (no traceback) on bad input.
 
-Everything here is checked before a model is loaded, so these tests are fast;
-commands that forecast are in ``test_cli_model.py``.
+Everything here is checked before a model is loaded, so these tests are fast (except the one
+``report --results`` run, marked slow); commands that forecast are in ``test_cli_model.py``.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import math
 import subprocess
 import sys
@@ -17,7 +18,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bayes_grpo.cli import COMMANDS, _cli_wording, _non_negative_float, _positive_float, _probability, _warnings_as_lines, main
+from bayes_grpo.cli import COMMANDS, _cli_wording, _non_negative_float, _positive_float, _probability, _warnings_as_lines, main, read_results
+from bayes_grpo.errors import BayesGrpoError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -203,3 +205,63 @@ def test_usage_errors_exit_2(capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("bayes-grpo inspect: error: ")
     assert "inspect" in COMMANDS
+
+
+def _results_folder(folder: Path) -> tuple[Path, bytes]:
+    """A benchmark-style results folder: one markdown file with a pipe table that shows a real PNG figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    folder.mkdir()
+    figure = Figure(figsize=(3, 2))
+    figure.add_subplot().plot([1, 2, 3], [0.2, 0.5, 0.55])
+    figure.savefig(folder / "speed.png", dpi=40)
+    (folder / "speed.md").write_text(
+        "# Forecast speed\n\n| runs | seconds per forecast |\n|---|---|\n| 12 | 0.0473 |\n\n![speed](speed.png)\n",
+        encoding="utf-8",
+    )
+    return folder, (folder / "speed.png").read_bytes()
+
+
+def test_read_results_takes_each_markdown_file_with_the_pngs_it_shows(tmp_path):
+    folder, png = _results_folder(tmp_path / "results")
+    (folder / "notes.md").write_text("plain text, no figure\n", encoding="utf-8")
+    results = read_results(folder)
+    assert list(results) == ["notes.md", "speed.md"]
+    assert results["notes.md"] == ["plain text, no figure\n"]
+    text, image = results["speed.md"]
+    assert "| 12 | 0.0473 |" in text and image == png and image.startswith(b"\x89PNG")
+
+
+def test_read_results_warns_about_a_missing_png_and_refuses_a_folder_without_markdown(tmp_path):
+    (tmp_path / "gone.md").write_text("![lost](lost.png)\n", encoding="utf-8")
+    with pytest.warns(RuntimeWarning, match="lost.png"):
+        assert read_results(tmp_path) == {"gone.md": ["![lost](lost.png)\n"]}
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(BayesGrpoError, match="no markdown"):
+        read_results(empty)
+
+
+def test_report_results_that_is_not_a_folder_is_one_line_exit_2(tmp_path, capsys):
+    code = main(["report", "--results", str(tmp_path / "missing"), "--out", str(tmp_path / "r.html")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--results" in err and "not a folder" in err
+    assert not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.slow
+def test_report_embeds_the_results_folder(tmp_path, quick_model, few_runs, capsys):
+    folder, png = _results_folder(tmp_path / "results")
+    model_file = quick_model.save(tmp_path / "model.nc")
+    run_file = tmp_path / f"{few_runs[0].run_id}.csv"
+    few_runs[0].to_frame().to_csv(run_file, index=False)
+    out = tmp_path / "report.html"
+    argv = ["report", "--model", str(model_file), "--runs", str(run_file), "--results", str(folder), "--out", str(out), "--quick", "--shown", "1"]
+    assert main(argv) == 0
+    assert str(out) in capsys.readouterr().out
+    page = out.read_text(encoding="utf-8")
+    assert "<h3>speed.md</h3>" in page and "<td>0.0473</td>" in page
+    assert base64.b64encode(png).decode("ascii") in page
