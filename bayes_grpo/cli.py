@@ -470,7 +470,7 @@ def _add_report_parser(subparsers: argparse._SubParsersAction) -> None:
         help="write a self-contained HTML report (diagnostics, checks, forecasts, stopping)",
         description="Write one HTML file (figures embedded, opens offline) with the data, sampler diagnostics, "
         "posterior predictive checks, LOO comparison, population effects, forecast fan charts, stop probabilities "
-        "and the benchmark tables.",
+        "and, with --results, the benchmark results a folder holds.",
     )
     parser.add_argument("--model", metavar="FILE", help="a model file saved by 'bayes-grpo fit' (default: the shipped model)")
     parser.add_argument("--runs", nargs="+", metavar="PATH", help="logs or folders of logs to show (default: the bundled runs)")

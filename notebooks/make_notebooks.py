@@ -142,6 +142,7 @@ run""",
     "## Stop probability through a run\n\nThe probability at each point is computed from the steps logged up to "
     "that point only, as `PlateauStoppingCallback` would see it during training.",
     """from bayes_grpo.report import stop_curve
+from bayes_grpo.settings import STOP_THRESHOLD  # the default threshold (0.9)
 
 curve = stop_curve(model, run, n_points=8 if QUICK else 20)
 fig, reward_ax = plt.subplots(figsize=(7, 3))
@@ -150,7 +151,7 @@ reward_ax.set_xlabel("step")
 reward_ax.set_ylabel("reward")
 ax = reward_ax.twinx()  # drawn on top of the reward
 ax.plot(curve.step, curve.probability, "o-", color="C3", label="stop probability")
-ax.axhline(0.9, color="C3", ls=":", lw=0.8, label="threshold 0.9")
+ax.axhline(STOP_THRESHOLD, color="C3", ls=":", lw=0.8, label=f"threshold {STOP_THRESHOLD}")
 ax.set_ylim(0, 1.02)
 ax.set_ylabel("P(plateau)")
 ax.legend(fontsize=7, loc="lower right");""",
@@ -159,7 +160,7 @@ ax.legend(fontsize=7, loc="lower right");""",
     "to keep: `best_step` is the logged step with the highest smoothed reward so far, and `declining` says whether the "
     "run has peaked (its smoothed reward now clearly below that at `best_step`). A rule that trusts a high probability "
     "too early, or inside a dip below the best, waits (the sentence says so).",
-    """crossed = curve[curve.probability >= 0.9]
+    """crossed = curve[curve.probability >= STOP_THRESHOLD]
 step = int(crossed.step.iloc[0]) if len(crossed) else int(curve.step.iloc[-1])
 decision = model.stop_decision(run.head(step), total_steps=horizon(run))
 print(decision.explain())
@@ -167,8 +168,8 @@ pd.Series({k: decision.to_dict()[k] for k in ("step", "probability", "expected_g
     "## The callback during training\n\n`PlateauStoppingCallback` makes the same decision inside a `GRPOTrainer` "
     "run every `check_every` steps, logs `plateau/probability`, `plateau/expected_gain`, `plateau/best_step` and the "
     "forecast quantiles, and stops training when the rule says so. When the trainer saves checkpoints, "
-    "`best_checkpoint` names the saved folder holding the best step (or the nearest one saved before it). Below, a real "
-    "`GRPOTrainer` run on CPU: a one-layer Llama built from a config, the character tokenizer of the test fixtures, and "
+    "`best_checkpoint` names the saved folder holding the best step (or the nearest one saved before it). Below (this cell needs the `[train]` extra), "
+    "a real `GRPOTrainer` run on CPU: a one-layer Llama built from a config, the character tokenizer of the test fixtures, and "
     "a toy reward that rises for 12 steps and then falls, so the best checkpoint lies before the end.",
     """import contextlib
 import io

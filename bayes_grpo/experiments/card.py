@@ -134,7 +134,7 @@ def seed_spread(runs: list[tuple[dict, pd.DataFrame]]) -> pd.DataFrame:
 
 
 def _fmt(q: list[float]) -> str:
-    return f"{q[1]:.2f} ({q[0]:.2f}–{q[2]:.2f})"
+    return f"{q[1]:.3f} ({q[0]:.3f}–{q[2]:.3f})"
 
 
 def card_markdown(runs_dir: Path, shared: Path | None) -> str:
@@ -162,7 +162,7 @@ def card_markdown(runs_dir: Path, shared: Path | None) -> str:
         lines.append(f"| {c.replace('noise_rel', 'noise / spread')} (median, IQR) | "
                      + " | ".join(_fmt(s[c]) for _, s in cols) + " |")
     for c in ("took_off", "declined"):
-        lines.append(f"| {c.replace('_', ' ')} | " + " | ".join(f"{s[c]:.0%}" for _, s in cols) + " |")
+        lines.append(f"| {c.replace('_', ' ')} | " + " | ".join(f"{s[c]:.1%}" for _, s in cols) + " |")
     meta = pd.DataFrame([{"family": m["family"], "size": m["size"], "n_params": m["n_params"], "task": m["task"],
                           "grid": is_grid(m), "s_per_step": m["s_per_step"], "wall_time_s": m["wall_time_s"],
                           "warmup_time_s": m["warmup_time_s"], "initial": m["initial_reward"], "final": _final(d)}
