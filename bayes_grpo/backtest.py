@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from bayes_grpo import measures
-from bayes_grpo.calibration import BUNDLED_SOURCE, fit_fold, fold_health, grouped_folds, run_seed
+from bayes_grpo.calibration import BUNDLED_SOURCE, fit_fold, fold_health, grouped_splits, run_seed
 from bayes_grpo.logs import RunLog
 from bayes_grpo.parallel import map_jobs
 from bayes_grpo.stopping import decision_from_forecast
@@ -531,14 +531,13 @@ def backtest(
     >>> bt = backtest(runs, sources, fit_options={"draws": 300, "tune": 300})  # doctest: +SKIP
     >>> summarise(bt.results)  # doctest: +SKIP
     """
-    fold_of = grouped_folds({r.run_id: sources[r.run_id] for r in runs}, n_folds, seed)
     jobs = [
         BacktestJob(
             fold,
             n_folds,
-            tuple(r for r in runs if fold_of[r.run_id] != fold),
-            tuple(r for r in runs if fold_of[r.run_id] == fold),
-            {r.run_id: sources[r.run_id] for r in runs if fold_of[r.run_id] == fold},
+            train,
+            test,
+            {r.run_id: sources[r.run_id] for r in test},
             dict(fit_options or {}),
             dict(forecast_options or {}),
             tuple(thresholds),
@@ -546,7 +545,7 @@ def backtest(
             every,
             model,
         )
-        for fold in range(n_folds)
+        for fold, (train, test) in enumerate(grouped_splits(runs, sources, n_folds, seed))
     ]
     done = map_jobs(run_backtest_fold, jobs, n_jobs=n_jobs, cluster=cluster, progress=progress, desc="backtest folds")
     traces = [tr for fold_traces, _ in done for tr in fold_traces]

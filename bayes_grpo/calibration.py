@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import warnings
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -235,12 +235,122 @@ def grouped_folds(sources: Mapping[str, str], n_folds: int, seed: int = 0) -> di
     return fold_of
 
 
+def grouped_splits(
+    runs: Sequence[RunLog], sources: Mapping[str, str], n_folds: int, seed: int = 0
+) -> list[tuple[tuple[RunLog, ...], tuple[RunLog, ...]]]:
+    """``(train, test)`` runs of each fold of :func:`grouped_folds`, in fold order and run order.
+
+    Parameters
+    ----------
+    runs : sequence of RunLog
+        The runs to split.
+    sources : mapping
+        ``run_id -> source`` for every run.
+    n_folds : int
+        Number of folds.
+    seed : int
+        Seed of the fold layout.
+
+    Returns
+    -------
+    list of (tuple of RunLog, tuple of RunLog)
+        One ``(train, test)`` pair per fold; no source is on both sides.
+
+    Raises
+    ------
+    BayesGrpoError
+        Bad ``n_folds`` (see :func:`grouped_folds`).
+
+    Example
+    -------
+    >>> [len(test) for _, test in grouped_splits(runs, sources, 5)]  # doctest: +SKIP
+    """
+    fold_of = grouped_folds({r.run_id: sources[r.run_id] for r in runs}, n_folds, seed)
+    return [
+        (tuple(r for r in runs if fold_of[r.run_id] != fold), tuple(r for r in runs if fold_of[r.run_id] == fold))
+        for fold in range(n_folds)
+    ]
+
+
 # ------------------------------------------------------------------ scoring one forecast
 
 
 def run_seed(seed: int, run_id: str) -> int:
     """A seed for one run, stable across processes and fold layouts (CRC32 of the run id)."""
     return (seed * 1_000_003 + zlib.crc32(run_id.encode())) % 2**32
+
+
+#: What :func:`score_cut` asks a forecaster: ``(head, total_steps, window_steps) -> (mean, {q: value}, ess)``.
+Predictor = Callable[[RunLog, int, np.ndarray], tuple[float, Mapping[float, float], float]]
+
+
+def score_cut(run: RunLog, fraction: float, predict: Predictor) -> dict[str, Any] | None:
+    """Cut ``run`` at ``fraction`` of its planned steps, forecast its end with ``predict`` and score it.
+
+    The scoring shared by every forecaster judged (this module's model, the
+    benchmarks' baselines): truth, spread, baselines, coverage and scores all
+    come from :mod:`bayes_grpo.measures` (see the module docstring).
+
+    Parameters
+    ----------
+    run : RunLog
+        The complete run.
+    fraction : float
+        Share of the planned steps observed (:func:`bayes_grpo.measures.cut`).
+    predict : callable
+        ``predict(head, total_steps, window_steps)`` returns the forecast mean of
+        the final-window reward, its quantiles ``{q: value}`` at
+        :data:`bayes_grpo.settings.FORECAST_QUANTILES`, and the forecast's
+        effective sample size (NaN when it has none).
+
+    Returns
+    -------
+    dict or None
+        One row of scores (the columns of :func:`evaluate_run`); None when the
+        cut already reaches the final window, where there is nothing to forecast.
+
+    Example
+    -------
+    >>> score_cut(run, 0.3, lambda head, total, window: (0.5, dict.fromkeys(FORECAST_QUANTILES, 0.5), np.nan))  # doctest: +SKIP
+    """
+    total = measures.horizon(run)
+    head = measures.cut(run, fraction, total)
+    window = run.steps[-measures.final_window_size(len(run)) :]
+    if head.last_step >= window[0]:
+        return None
+    truth, spread = measures.final_reward(run.rewards), measures.reward_spread(run.rewards)
+    mean, predicted, ess = predict(head, total, window)
+    quantiles = dict(predicted)
+    q05, q25, q75, q95 = (quantiles[q] for q in (0.05, 0.25, 0.75, 0.95))
+    persistence = measures.persistence(head.rewards)
+    try:
+        law = fit_paper_law(head.steps / total, head.rewards)
+        paper = float(np.mean(law.predict(window / total)))
+    except BayesGrpoError:
+        paper = persistence  # too few points to fit: the law says "stay"
+    outcome = measures.interval_outcome(truth, q05, q95)
+    return {
+        "run_id": run.run_id,
+        "family": run.family,
+        "fraction": fraction,
+        "observed_step": head.last_step,
+        "total_steps": total,
+        "truth": truth,
+        "spread": spread,
+        "forecast_mean": mean,
+        **{f"q{round(100 * q):02d}": v for q, v in quantiles.items()},
+        "error": abs(mean - truth) / spread,
+        "persistence_error": abs(persistence - truth) / spread,
+        "paper_law_error": abs(paper - truth) / spread,
+        "covered_90": outcome == "inside",
+        "covered_50": measures.interval_outcome(truth, q25, q75) == "inside",
+        "above_q95": outcome == "above",
+        "below_q05": outcome == "below",
+        "width_90": (q95 - q05) / spread,
+        "quantile_score": measures.quantile_score(truth, quantiles, spread),
+        "change_after_cut": measures.change_after_cut(run.rewards, head.rewards),
+        "ess": ess,
+    }
 
 
 def evaluate_run(model: FittedModel, run: RunLog, fraction: float, *, seed: int = 0, quantity: Quantity = "window") -> dict[str, Any] | None:
@@ -270,53 +380,21 @@ def evaluate_run(model: FittedModel, run: RunLog, fraction: float, *, seed: int 
     >>> row = evaluate_run(model, run, 0.3)  # doctest: +SKIP
     >>> row["error"], row["covered_90"]  # doctest: +SKIP
     """
-    total = measures.horizon(run)
-    head = measures.cut(run, fraction, total)
-    window = run.steps[-measures.final_window_size(len(run)) :]
-    if head.last_step >= window[0]:
-        return None
-    truth, spread = measures.final_reward(run.rewards), measures.reward_spread(run.rewards)
-    fc = model.forecast(head, total_steps=total, seed=seed)
-    levels = np.asarray(FORECAST_QUANTILES)
-    if quantity == "window":
-        rng = np.random.default_rng(seed)
-        samples = fc.at_steps(window).mean(axis=1) + rng.standard_normal(fc.draws.shape[0]) * fc.step_noise / np.sqrt(window.size)
-        mean, values = float(samples.mean()), np.quantile(samples, levels)
-    elif quantity == "final":
-        mean, values = float(fc.final.mean), np.asarray(fc.final.quantile(levels), dtype=float)
-    else:
-        raise BayesGrpoError(f"quantity must be 'window' or 'final', got {quantity!r}")
-    quantiles = dict(zip(FORECAST_QUANTILES, values.tolist()))
-    q05, q25, q75, q95 = (quantiles[q] for q in (0.05, 0.25, 0.75, 0.95))
-    persistence = measures.persistence(head.rewards)
-    try:
-        law = fit_paper_law(head.steps / total, head.rewards)
-        paper = float(np.mean(law.predict(window / total)))
-    except BayesGrpoError:
-        paper = persistence  # too few points to fit: the law says "stay"
-    outcome = measures.interval_outcome(truth, q05, q95)
-    return {
-        "run_id": run.run_id,
-        "family": run.family,
-        "fraction": fraction,
-        "observed_step": head.last_step,
-        "total_steps": total,
-        "truth": truth,
-        "spread": spread,
-        "forecast_mean": mean,
-        **{f"q{round(100 * q):02d}": v for q, v in quantiles.items()},
-        "error": abs(mean - truth) / spread,
-        "persistence_error": abs(persistence - truth) / spread,
-        "paper_law_error": abs(paper - truth) / spread,
-        "covered_90": outcome == "inside",
-        "covered_50": measures.interval_outcome(truth, q25, q75) == "inside",
-        "above_q95": outcome == "above",
-        "below_q05": outcome == "below",
-        "width_90": (q95 - q05) / spread,
-        "quantile_score": measures.quantile_score(truth, quantiles, spread),
-        "change_after_cut": measures.change_after_cut(run.rewards, head.rewards),
-        "ess": float(getattr(fc, "ess", np.nan)),
-    }
+
+    def predict(head: RunLog, total: int, window: np.ndarray) -> tuple[float, dict[float, float], float]:
+        fc = model.forecast(head, total_steps=total, seed=seed)
+        levels = np.asarray(FORECAST_QUANTILES)
+        if quantity == "window":
+            rng = np.random.default_rng(seed)
+            samples = fc.at_steps(window).mean(axis=1) + rng.standard_normal(fc.draws.shape[0]) * fc.step_noise / np.sqrt(window.size)
+            mean, values = float(samples.mean()), np.quantile(samples, levels)
+        elif quantity == "final":
+            mean, values = float(fc.final.mean), np.asarray(fc.final.quantile(levels), dtype=float)
+        else:
+            raise BayesGrpoError(f"quantity must be 'window' or 'final', got {quantity!r}")
+        return mean, dict(zip(FORECAST_QUANTILES, values.tolist())), float(getattr(fc, "ess", np.nan))
+
+    return score_cut(run, fraction, predict)
 
 
 def evaluate(
@@ -435,19 +513,9 @@ def fold_jobs(
     quantity: Quantity = "window",
 ) -> list[FoldJob]:
     """The folds of a cross-validation grouped by source (see :func:`grouped_folds`), as jobs."""
-    fold_of = grouped_folds({r.run_id: sources[r.run_id] for r in runs}, n_folds, seed)
     return [
-        FoldJob(
-            fold,
-            n_folds,
-            tuple(r for r in runs if fold_of[r.run_id] != fold),
-            tuple(r for r in runs if fold_of[r.run_id] == fold),
-            tuple(fractions),
-            dict(fit_options or {}),
-            seed,
-            quantity,
-        )
-        for fold in range(n_folds)
+        FoldJob(fold, n_folds, train, test, tuple(fractions), dict(fit_options or {}), seed, quantity)
+        for fold, (train, test) in enumerate(grouped_splits(runs, sources, n_folds, seed))
     ]
 
 

@@ -30,8 +30,9 @@ How a GRPO run is fed to it (LC-PFN only knows increasing curves with y in
   of each epoch's predictive mean in reward units (the bar distribution's
   bucket centres mapped back, weighted by their probabilities).
 
-Every score comes from :mod:`bayes_grpo.measures` and the rows have the columns
-of :func:`bayes_grpo.calibration.evaluate_run`, so
+Every row is scored by :func:`bayes_grpo.calibration.score_cut`, the scoring
+of the package's own forecasts (the same cut, truth, baselines and
+:mod:`bayes_grpo.measures` scores), so
 :func:`bayes_grpo.calibration.summarise` turns them into the issue's table.
 
     nice -n 15 python benchmarks/lcpfn_baseline.py train --minutes 18
@@ -58,7 +59,6 @@ import pandas as pd
 import torch
 
 from bayes_grpo import calibration, measures
-from bayes_grpo.curves import fit_paper_law
 from bayes_grpo.errors import BayesGrpoError
 from bayes_grpo.logs import RunLog, load_runs
 from bayes_grpo.settings import EVALUATION_FRACTIONS, FORECAST_QUANTILES, shared_runs_dir
@@ -464,38 +464,12 @@ def evaluate_run(run: RunLog, fraction: float, *, headroom: float = 1.0, weights
     -------
     >>> evaluate_run(run, 0.3)["covered_90"]  # doctest: +SKIP
     """
-    total = measures.horizon(run)
-    head = measures.cut(run, fraction, total)
-    window = run.steps[-measures.final_window_size(len(run)) :]
-    if head.last_step >= window[0]:
-        return None
-    truth, spread = measures.final_reward(run.rewards), measures.reward_spread(run.rewards)
-    fc = lcpfn_forecast(head.steps, head.rewards, total, window_steps=window, reward_range=run.reward_range, headroom=headroom, weights=weights)
-    quantiles = fc.quantiles
-    q05, q25, q75, q95 = (quantiles[q] for q in (0.05, 0.25, 0.75, 0.95))
-    persistence = measures.persistence(head.rewards)
-    try:
-        law = fit_paper_law(head.steps / total, head.rewards)
-        paper = float(np.mean(law.predict(window / total)))
-    except BayesGrpoError:
-        paper = persistence
-    outcome = measures.interval_outcome(truth, q05, q95)
-    return {
-        "run_id": run.run_id, "family": run.family, "fraction": fraction, "observed_step": head.last_step,
-        "total_steps": total, "truth": truth, "spread": spread, "forecast_mean": fc.mean,
-        **{f"q{round(100 * q):02d}": v for q, v in quantiles.items()},
-        "error": abs(fc.mean - truth) / spread,
-        "persistence_error": abs(persistence - truth) / spread,
-        "paper_law_error": abs(paper - truth) / spread,
-        "covered_90": outcome == "inside",
-        "covered_50": measures.interval_outcome(truth, q25, q75) == "inside",
-        "above_q95": outcome == "above",
-        "below_q05": outcome == "below",
-        "width_90": (q95 - q05) / spread,
-        "quantile_score": measures.quantile_score(truth, quantiles, spread),
-        "change_after_cut": measures.change_after_cut(run.rewards, head.rewards),
-        "ess": np.nan,
-    }  # fmt: skip
+
+    def predict(head: RunLog, total: int, window: np.ndarray) -> tuple[float, dict[float, float], float]:
+        fc = lcpfn_forecast(head.steps, head.rewards, total, window_steps=window, reward_range=run.reward_range, headroom=headroom, weights=weights)
+        return fc.mean, fc.quantiles, np.nan
+
+    return calibration.score_cut(run, fraction, predict)
 
 
 def evaluate(

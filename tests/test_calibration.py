@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from bayes_grpo import calibration, measures
 from bayes_grpo.errors import BayesGrpoError
-from bayes_grpo.settings import shared_runs_dir
+from bayes_grpo.settings import FORECAST_QUANTILES, shared_runs_dir
 
 
 @settings(max_examples=200, deadline=None)
@@ -33,6 +33,20 @@ def test_grouped_folds_never_split_a_source_and_stay_balanced(groups: list[int],
         assert fold_of_source.setdefault(sources[run_id], fold) == fold  # one source, one fold
     sizes = np.bincount(list(fold_of.values()), minlength=n_folds)
     assert sizes.max() - sizes.min() <= max(groups)
+
+
+def test_grouped_splits_partition_the_runs_by_fold(few_runs) -> None:
+    runs = list(few_runs)
+    sources = {r.run_id: f"s{i % 3}" for i, r in enumerate(runs)}
+    fold_of = calibration.grouped_folds(sources, 3, seed=4)
+    splits = calibration.grouped_splits(runs, sources, 3, seed=4)
+    assert len(splits) == 3
+    for fold, (train, test) in enumerate(splits):
+        assert [r.run_id for r in test] == [r.run_id for r in runs if fold_of[r.run_id] == fold]
+        assert [r.run_id for r in train] == [r.run_id for r in runs if fold_of[r.run_id] != fold]
+        assert not {sources[r.run_id] for r in train} & {sources[r.run_id] for r in test}
+    with pytest.raises(BayesGrpoError, match="n_folds"):
+        calibration.grouped_splits(runs, sources, 4)
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +72,33 @@ def test_a_small_subset_spans_many_sources() -> None:
     runs, sources = calibration.load_evaluation_runs(max_runs=8, seed=2)
     assert len(runs) == 8 and len(set(sources.values())) == 8
     assert [r.run_id for r in runs] == [r.run_id for r in calibration.load_evaluation_runs(max_runs=8, seed=2)[0]]
+
+
+def test_score_cut_scores_any_forecaster_against_the_real_end(few_runs) -> None:
+    """The shared scoring (also the LC-PFN benchmark's): what ``predict`` sees and how its forecast is scored."""
+    run = max(few_runs, key=len)
+    truth, spread = measures.final_reward(run.rewards), measures.reward_spread(run.rewards)
+    seen = []
+
+    def around(centre: float):
+        def predict(head, total, window):
+            seen.append((head.last_step, total, window))
+            offsets = dict(zip(FORECAST_QUANTILES, (-0.2, -0.1, 0.0, 0.1, 0.2)))
+            return centre, {q: centre + d * spread for q, d in offsets.items()}, np.nan
+
+        return predict
+
+    exact = calibration.score_cut(run, 0.3, around(truth))
+    head_step, total, window = seen[-1]
+    assert head_step == measures.cut(run, 0.3).last_step == exact["observed_step"] and total == measures.horizon(run)
+    assert list(window) == list(run.steps[-measures.final_window_size(len(run)) :])
+    assert exact["error"] == 0.0 and exact["covered_90"] and exact["covered_50"]
+    assert exact["width_90"] == pytest.approx(0.4) and np.isnan(exact["ess"])
+    high = calibration.score_cut(run, 0.3, around(truth + spread))
+    assert high["error"] == pytest.approx(1.0) and high["below_q05"] and not high["covered_90"]
+    assert high["quantile_score"] > exact["quantile_score"]
+    partial = run.with_meta(total_steps=3 * run.last_step)
+    assert calibration.score_cut(partial, 0.5, around(truth)) is None and len(seen) == 2  # nothing to forecast
 
 
 @pytest.mark.slow

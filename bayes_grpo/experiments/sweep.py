@@ -24,6 +24,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import TypeVar
 
 from .generate import add_arguments, generate_run, run_id
 from .models import FAMILIES, SIZES
@@ -32,6 +33,7 @@ TASK_ORDER = ("reverse", "sort", "add")
 LR_ORDER = (1e-4, 3e-4, 1e-3)  # GRPO peak learning rates of the grid
 NOISE_LEVELS = (0.2, 0.5, 0.8)  # warm-up label noise -> high, middle, low initial reward
 SEEDS = (0, 1, 2)
+_T = TypeVar("_T")
 GRID_RECIPE = ["--num-generations", "4", "--prompts-per-step", "2", "--max-steps", "300",
                "--lr-schedule", "constant_with_warmup", "--lr-warmup", "0.1", "--beta", "0"]
 # (family, size, noise) of the grid settings that the recipe slice varies
@@ -64,8 +66,7 @@ def grid_task(family: str, size: str, noise: float) -> str:
     >>> sorted({grid_task("llama", "xs", n) for n in NOISE_LEVELS}) == sorted(TASK_ORDER)
     True
     """
-    i = FAMILIES.index(family) + list(SIZES).index(size) + NOISE_LEVELS.index(noise)
-    return TASK_ORDER[i % len(TASK_ORDER)]
+    return _latin_square(TASK_ORDER, family, size, noise, noise_weight=1)
 
 
 def grid_lr(family: str, size: str, noise: float) -> float:
@@ -88,8 +89,13 @@ def grid_lr(family: str, size: str, noise: float) -> float:
     >>> sorted({grid_lr("qwen2", "m", n) for n in NOISE_LEVELS}) == sorted(LR_ORDER)
     True
     """
-    i = FAMILIES.index(family) + list(SIZES).index(size) + 2 * NOISE_LEVELS.index(noise)
-    return LR_ORDER[i % len(LR_ORDER)]
+    return _latin_square(LR_ORDER, family, size, noise, noise_weight=2)
+
+
+def _latin_square(order: tuple[_T, ...], family: str, size: str, noise: float, noise_weight: int) -> _T:
+    """Entry of ``order`` at (family, size, noise): the index sum, noise index weighted, modulo ``len(order)`` (weights 1 and 2 give orthogonal squares)."""
+    i = FAMILIES.index(family) + list(SIZES).index(size) + noise_weight * NOISE_LEVELS.index(noise)
+    return order[i % len(order)]
 
 
 def _setting(family: str, size: str, noise: float, seed: int) -> list[str]:

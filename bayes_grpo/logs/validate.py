@@ -202,27 +202,15 @@ def build_run(raw: pd.DataFrame, found: dict, given: dict, run_id: str | None, d
     bad = ~np.isfinite(frame["reward"].to_numpy(dtype=float))
     if bad.all():
         raise LogError(f"{name}: field 'reward' has no finite values ({int(bad.sum())} NaN/inf); nothing to forecast from")
-    if bad.any():
-        warnings.warn(
-            f"{name}: dropped {int(bad.sum())} row(s) whose 'reward' is NaN or inf (steps "
-            f"{_preview(frame.loc[bad, 'step'])}); check the log if that is unexpected",
-            LogWarning,
-            stacklevel=3,
-        )
-        frame = frame.loc[~bad]
+    frame = _drop_rows(frame, bad, name, "dropped {n} row(s) whose 'reward' is NaN or inf", "check the log if that is unexpected")
     steps = frame["step"].to_numpy()
     if np.any(np.diff(steps) < 0):
         warnings.warn(f"{name}: field 'step' was not in order; sorted the rows by step", LogWarning, stacklevel=3)
         frame = frame.sort_values("step", kind="stable")
-    duplicated = frame["step"].duplicated(keep="last")
-    if duplicated.any():
-        warnings.warn(
-            f"{name}: field 'step' repeats {int(duplicated.sum())} time(s) (steps "
-            f"{_preview(frame.loc[duplicated, 'step'])}); kept the last row of each step (e.g. a resumed run)",
-            LogWarning,
-            stacklevel=3,
-        )
-        frame = frame.loc[~duplicated]
+    frame = _drop_rows(
+        frame, frame["step"].duplicated(keep="last").to_numpy(), name, "field 'step' repeats {n} time(s)",
+        "kept the last row of each step (e.g. a resumed run)",
+    )  # fmt: skip
     frame = frame.reset_index(drop=True)
     for col in frame.columns.drop(["step", "reward"]):
         frame[col] = _maybe_numeric(frame[col])
@@ -235,6 +223,18 @@ def build_run(raw: pd.DataFrame, found: dict, given: dict, run_id: str | None, d
     check_meta(meta, int(frame["step"].iloc[-1]), name)
     final_id = run_id or meta.extra.get("run_id") or default_id
     return RunLog(str(final_id), frame, meta)
+
+
+def _drop_rows(frame: pd.DataFrame, rows: np.ndarray, name: str, what: str, then: str) -> pd.DataFrame:
+    """``frame`` without ``rows`` (a boolean mask), announced as "name: what (steps ...); then" ({n}: how many)."""
+    if not rows.any():
+        return frame
+    warnings.warn(
+        f"{name}: {what.format(n=int(rows.sum()))} (steps {_preview(frame.loc[rows, 'step'])}); {then}",
+        LogWarning,
+        stacklevel=4,  # one frame deeper than build_run: the same caller its stacklevel=3 warnings name
+    )
+    return frame.loc[~rows]
 
 
 def _numeric(column: pd.Series, field_name: str, name: str) -> pd.Series:
