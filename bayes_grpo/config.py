@@ -41,7 +41,7 @@ class PriorConfig:
     gain_sd_scale : tuple of float
         HalfNormal scale of the kind's per-run asinh-gain spread.
     gain_size_scale, gain_init_scale : float
-        Normal scales of the size and initial-reward effects on the asinh gain (added to its mean).
+        Normal scales of the size and initial-reward effects on gain (in units of ``gain_sd``).
     fam_gain_sd_scale, fam_tau_sd_scale : float
         HalfNormal scales of the family spreads of gain and log timescale.
     tau_mu_loc, tau_mu_scale, tau_sd_scale : float
@@ -49,8 +49,8 @@ class PriorConfig:
     tau_size_scale, tau_init_scale : float
         Normal scales of the size and initial-reward effects on log timescale.
     beta_mu_scale, beta_sd_scale : float
-        Normal scale of the mean of ``log(beta - beta_floor)`` (centred by
-        :meth:`ModelConfig.log_beta_centre`) and HalfNormal scale of its per-run spread.
+        Normal scale of the mean log shape (centred on the form's ``beta_prior_centre``) and
+        HalfNormal scale of its per-run spread.
     r0_sd_scale : tuple of float
         HalfNormal scale of the spread of a run's start around its start level.
     sig_mu_loc, sig_mu_scale : tuple of float
@@ -92,8 +92,7 @@ class ModelConfig:
     form : str
         Curve form, a key of :data:`bayes_grpo.curves.CURVE_FORMS` (default ``"loglogistic"``).
     max_bins : int
-        Observations of a run are averaged into at most this many bins for the fit (30; 60
-        cost twice the gradient time for the same health on the 77 runs of the default model).
+        Observations of a run are averaged into at most this many bins for the fit (60).
     forecast_bins : int
         Bins used when conditioning one run at forecast time (120).
     student_nu : float
@@ -108,11 +107,7 @@ class ModelConfig:
         At forecast time, on a declared reward range, a curve's start and asymptote may sit at
         most this fraction of the range outside it (0.02).
     beta_prior_centre : float or None
-        Prior median of ``log(beta)``; None takes the curve form's own centre from the registry.
-    beta_floor : float
-        Smallest curve exponent: ``beta = beta_floor + exp(log_beta)`` for forms with a beta
-        (0.3). Without it a flat run has a spurious mode at ``beta -> 0`` (the curve is about
-        half-way at every step) that chains fall into and do not leave.
+        Prior centre of log(beta); None takes the curve form's own centre from the registry.
     priors : PriorConfig
         Scales and centres of the population-level priors.
 
@@ -128,14 +123,13 @@ class ModelConfig:
     """
 
     form: str = DEFAULT_FORM
-    max_bins: int = 30
+    max_bins: int = 60
     forecast_bins: int = 120
     student_nu: float = 4.0
     noise_floor: float = 0.02
     drift: float = 1.5
     range_slack: float = 0.02
     beta_prior_centre: float | None = None
-    beta_floor: float = 0.3
     priors: PriorConfig = field(default_factory=PriorConfig)
 
     def __post_init__(self) -> None:
@@ -146,19 +140,10 @@ class ModelConfig:
                 raise ModelError(f"model_config.{name} must be positive, got {getattr(self, name)}")
         if self.noise_floor < 0 or self.drift < 0 or self.range_slack < 0:
             raise ModelError("model_config.noise_floor, drift and range_slack must be >= 0")
-        if not 0 <= self.beta_floor < math.exp(self.resolved_beta_centre()):
-            raise ModelError(
-                f"model_config.beta_floor must be >= 0 and below the prior median of beta "
-                f"{math.exp(self.resolved_beta_centre()):.3g}, got {self.beta_floor}"
-            )
 
     def resolved_beta_centre(self) -> float:
         """Prior centre of log(beta): the override, else the curve form's registry entry."""
         return self.beta_prior_centre if self.beta_prior_centre is not None else CURVE_FORMS[self.form].beta_prior_centre
-
-    def log_beta_centre(self) -> float:
-        """Prior centre of ``log(beta - beta_floor)``: keeps the prior median of beta at ``exp(resolved_beta_centre())``."""
-        return math.log(math.exp(self.resolved_beta_centre()) - self.beta_floor)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-serialisable dict (priors nested)."""
@@ -200,7 +185,7 @@ class SamplerConfig:
     seed : int
         Random seed of the sampler (0).
     target_accept : float
-        NUTS target acceptance (0.9), passed to every sampler.
+        NUTS target acceptance (0.9; nutpie uses its own adaptation and ignores it).
     progressbar : bool
         Show the sampler's progress bar (True).
 

@@ -404,7 +404,7 @@ def forecast(
     picks = _systematic_resample(np.exp(log_w), n_draws, rng)
     sample = theta[picks]
     config = model.model_config
-    p = natural(dict(zip(PARAMS, sample.T)), config)
+    p = natural(dict(zip(PARAMS, sample.T)))
     r0, gain, tau, beta = p["r0"], p["gain"], p["tau"], p["beta"]
 
     total = prepared.total_steps

@@ -45,8 +45,7 @@ from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE
 from bayes_grpo.stopping import RelativeTo, StopDecision, stop_decision, stop_probability
 
 #: Version of the model-file layout; :func:`load_model` refuses files of another version.
-#: 2: additive gain effects, a floor on beta, centred per-run parameters, fuller diagnostics.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 1
 #: Root attribute that marks a NetCDF file as a bayes_grpo model.
 FORMAT_ATTR = "bayes_grpo_model_format"
 DEFAULT_MODEL_PATH = Path(__file__).resolve().parent / "assets" / "default_model.nc"
@@ -55,35 +54,25 @@ _PER_RUN_VARS = ("gain", "tau", "r0", "sigma")
 
 @dataclass
 class FitDiagnostics:
-    """Sampler health and cost of a fit.
+    """Sampler health of a fit: worst r_hat, smallest bulk ESS and divergences.
 
     Attributes
     ----------
     max_r_hat, min_ess_bulk : float
-        Over every posterior variable: population, per-run free variables and per-run curve
-        parameters (each element of a vector variable counts).
-    min_ess_var : str
-        The variable (element) with the smallest bulk ESS.
+        Over the population variables and the per-run curve parameters.
     divergences : int
         Divergent transitions after tuning.
     sampler : str
         The NUTS implementation used.
     seconds : float
-        Wall time of the sampling (compilation and tuning included).
-    gradient_evals : int
-        Leapfrog steps (gradient evaluations) of the kept draws, all chains (tuning excluded).
-    mean_tree_size : float
-        Mean leapfrog steps per kept draw (1023 is NUTS's maximum tree at depth 10).
+        Wall time of the sampling.
     """
 
     max_r_hat: float
     min_ess_bulk: float
-    min_ess_var: str
     divergences: int
     sampler: str
     seconds: float
-    gradient_evals: int
-    mean_tree_size: float
 
     @property
     def ok(self) -> bool:
@@ -93,8 +82,7 @@ class FitDiagnostics:
     def __str__(self) -> str:
         return (
             f"sampler={self.sampler} time={self.seconds:.1f}s max r_hat={self.max_r_hat:.3f} "
-            f"min bulk ESS={self.min_ess_bulk:.0f} ({self.min_ess_var}) divergences={self.divergences} "
-            f"gradients={self.gradient_evals} mean tree size={self.mean_tree_size:.1f}"
+            f"min bulk ESS={self.min_ess_bulk:.0f} divergences={self.divergences}"
         )
 
 
@@ -492,7 +480,7 @@ def fit(
         if sconfig.sampler == "pymc":
             options.update(cores=min(sconfig.chains, os.cpu_count() or 1), target_accept=sconfig.target_accept)
         elif sconfig.sampler == "nutpie":
-            options.update(nuts_sampler="nutpie", target_accept=sconfig.target_accept, nuts_sampler_kwargs={"backend": "numba"})
+            options.update(nuts_sampler="nutpie", nuts_sampler_kwargs={"backend": "numba"})
         else:
             options.update(nuts_sampler=sconfig.sampler, target_accept=sconfig.target_accept)
         idata = pm.sample(**options)
@@ -539,20 +527,15 @@ def _pick_sampler(requested: str | None) -> str:
 
 
 def _diagnose(idata: az.InferenceData, sampler: str, seconds: float) -> FitDiagnostics:
-    """Worst r_hat and bulk ESS over every posterior variable, divergences and leapfrog counts."""
-    summary = az.summary(idata, kind="diagnostics")
-    stats = idata.sample_stats
-    divergences = int(stats["diverging"].sum()) if "diverging" in stats else 0
-    steps = stats["n_steps"] if "n_steps" in stats else stats["tree_size"]
+    names = [v for v in POPULATION_VARS if v in idata.posterior] + list(_PER_RUN_VARS)
+    summary = az.summary(idata, var_names=names, kind="diagnostics")
+    divergences = int(idata.sample_stats["diverging"].sum()) if "diverging" in idata.sample_stats else 0
     return FitDiagnostics(
         max_r_hat=float(summary["r_hat"].max()),
         min_ess_bulk=float(summary["ess_bulk"].min()),
-        min_ess_var=str(summary["ess_bulk"].idxmin()),
         divergences=divergences,
         sampler=sampler,
         seconds=seconds,
-        gradient_evals=int(steps.sum()),
-        mean_tree_size=float(steps.mean()),
     )
 
 

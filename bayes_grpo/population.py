@@ -8,20 +8,15 @@ Normal given the population, with means depending on the scale kind ``k``
 (declared range or learned unit), the family ``f`` (partially pooled), the
 centred log10 size ``x`` and the centred initial reward ``i``::
 
-    asinh_gain ~ Normal(gain_mu[k] + fam_gain[f] + gain_size x + gain_init i, gain_sd[k])
+    asinh_gain ~ Normal(gain_mu[k] + gain_sd[k] (fam_gain[f] + gain_size x + gain_init i), gain_sd[k])
     log_tau    ~ Normal(tau_mu + fam_tau[f] + tau_size x + tau_init i, tau_sd)
-    log_beta   ~ Normal(beta_mu, beta_sd)      beta = floor + exp(log_beta) (1 for forms without beta)
+    log_beta   ~ Normal(beta_mu, beta_sd)             (beta = 1 for forms without beta)
     r0         ~ Normal(start_r, r0_sd[k])
     log_sigma  ~ Normal(sig_mu[k], sig_sd[k])
     z_bin      ~ StudentT(nu, r0 + gain F(t_bin), sqrt(sigma^2 + floor^2) / sqrt(n_bin))
 
 A run without a family, or (at forecast time) with a family the population has
-not seen, gets ``fam = 0`` with the family spread added to the scale (in
-quadrature). The family and covariate effects on the gain are added on the
-asinh scale, not multiplied by ``gain_sd`` (which made ``gain_sd`` trade off
-against them along a ridge). The floor on ``beta`` (``ModelConfig.beta_floor``)
-removes a spurious mode of flat runs at ``beta -> 0``, where ``F(t)`` is about
-1/2 at every ``t`` and ``r0`` shifts down by half the gain.
+not seen, gets ``fam = 0`` with the family spread added to the scale.
 The sinh keeps small gains near-Normal while giving the heavy right tail of
 real runs; a gain near zero or a timescale beyond the horizon is how the model
 says "no take-off (yet)".
@@ -31,14 +26,8 @@ Normal given population values and covariates), :func:`observation` (mean and
 scale of a binned observation) and :func:`population_priors` (the population
 level), each written once against an array namespace (NumPy or PyTensor):
 
-* :func:`build_model` - the PyMC model that is fitted. The per-run parameters
-  are sampled *centred* (``theta ~ Normal(loc, scale)`` is the free variable):
-  each run is pinned by tens of binned observations, and the non-centred
-  ``loc + scale * e`` coupled every run's offset to the population along narrow
-  ridges (NUTS hit its maximum tree depth in most iterations). The one
-  exception is the asinh gain of runs on a declared range (kinds in
-  :data:`NON_CENTRED_GAIN_KINDS`), whose small population spread makes a
-  funnel when centred; it stays ``loc + scale * gain_offset``;
+* :func:`build_model` - the PyMC model that is fitted (non-centred:
+  ``theta = loc + scale * e``);
 * :class:`RunPrior` and :func:`log_likelihood` - the density that conditions one
   run at forecast time (:mod:`bayes_grpo.forecast`);
 * :func:`simulate` - the posterior predictive of logged rewards (report PPCs).
@@ -68,12 +57,8 @@ from bayes_grpo.prepare import SCALE_KINDS, PreparedRun, bin_observations, centr
 
 #: Per-run parameters, in the unconstrained space the forecast samples.
 PARAMS = ("r0", "asinh_gain", "log_tau", "log_beta", "log_sigma")
-#: Scale kinds whose runs' asinh gain is sampled non-centred (a standard-normal ``gain_offset``).
-NON_CENTRED_GAIN_KINDS = ("range",)
-#: Free per-run variables of the PyMC model: the centred parameters (named as in :data:`PARAMS`,
-#: ``asinh_gain`` only for runs of the centred kinds, dims ``run_gain_centred``) and the
-#: standard-normal ``gain_offset`` of the other runs (dims ``run_gain_offset``).
-FREE_RUN_VARS = ("r0", "asinh_gain", "gain_offset", "log_tau", "log_beta", "log_sigma")
+#: Name of each parameter's standard-normal offset in the PyMC model.
+OFFSETS = {"r0": "e_r0", "asinh_gain": "e_gain", "log_tau": "e_tau", "log_beta": "e_beta", "log_sigma": "e_sig"}
 #: Population-level variables kept in a fitted model (the per-run ones are not).
 POPULATION_VARS = (
     "gain_mu", "gain_sd", "gain_size", "gain_init", "fam_gain", "fam_gain_sd",
@@ -155,7 +140,7 @@ def population_priors(config: ModelConfig) -> dict[str, Any]:
     pop["fam_tau_sd"] = pm.HalfNormal("fam_tau_sd", p.fam_tau_sd_scale)
     pop["fam_tau"] = pm.Deterministic("fam_tau", pop["fam_tau_sd"] * pm.Normal("fam_tau_raw", 0, 1, dims="family"), dims="family")
     if get_form(config.form).has_beta:
-        pop["beta_mu"] = pm.Normal("beta_mu", config.log_beta_centre(), p.beta_mu_scale)
+        pop["beta_mu"] = pm.Normal("beta_mu", config.resolved_beta_centre(), p.beta_mu_scale)
         pop["beta_sd"] = pm.HalfNormal("beta_sd", p.beta_sd_scale)
     pop["r0_sd"] = pm.HalfNormal("r0_sd", sigma=np.array(p.r0_sd_scale), dims="kind")
     pop["sig_mu"] = pm.Normal("sig_mu", mu=np.array(p.sig_mu_loc), sigma=np.array(p.sig_mu_scale), dims="kind")
@@ -200,7 +185,7 @@ def run_prior(
     unseen = 1.0 - known
     fam_gain = pop["fam_gain"][family] * known
     fam_tau = pop["fam_tau"][family] * known
-    gain_sd = xp.sqrt(pop["gain_sd"][k] ** 2 + unseen * pop["fam_gain_sd"] ** 2)
+    gain_sd = pop["gain_sd"][k] * xp.sqrt(1.0 + unseen * pop["fam_gain_sd"] ** 2)
     tau_sd = xp.sqrt(pop["tau_sd"] ** 2 + unseen * pop["fam_tau_sd"] ** 2)
     has_beta = get_form(config.form).has_beta
     r0_sd = pop["r0_sd"][k]
@@ -208,7 +193,7 @@ def run_prior(
         r0_sd = xp.minimum(r0_sd, config.priors.declared_start_sd[k])
     loc = {
         "r0": cov.start,
-        "asinh_gain": pop["gain_mu"][k] + fam_gain + pop["gain_size"] * cov.size + pop["gain_init"] * cov.init,
+        "asinh_gain": pop["gain_mu"][k] + pop["gain_sd"][k] * (fam_gain + pop["gain_size"] * cov.size + pop["gain_init"] * cov.init),
         "log_tau": pop["tau_mu"] + fam_tau + pop["tau_size"] * cov.size + pop["tau_init"] * cov.init,
         "log_beta": pop["beta_mu"] if has_beta else 0.0,
         "log_sigma": pop["sig_mu"][k],
@@ -223,38 +208,13 @@ def run_prior(
     return loc, scale
 
 
-def natural(theta: Mapping[str, Any], config: ModelConfig, xp: Any = np) -> dict[str, Any]:
-    """Curve parameters ``r0, gain, tau, beta, sigma`` from the unconstrained ones (:data:`PARAMS`).
-
-    Parameters
-    ----------
-    theta : mapping
-        Values of :data:`PARAMS` by name (arrays of one shape).
-    config : ModelConfig
-        Gives the curve form and ``beta_floor``: ``beta = beta_floor + exp(log_beta)``,
-        or 1 for a form without beta.
-    xp : module
-        ``numpy`` or ``pytensor.tensor``.
-
-    Returns
-    -------
-    dict
-        ``r0``, ``gain = sinh(asinh_gain)``, ``tau = exp(log_tau)``, ``beta``, ``sigma = exp(log_sigma)``.
-
-    Example
-    -------
-    >>> natural({n: np.zeros(1) for n in PARAMS}, ModelConfig(form="exponential"))["beta"]
-    array([1.])
-    """
-    if get_form(config.form).has_beta:
-        beta = config.beta_floor + xp.exp(theta["log_beta"])
-    else:
-        beta = xp.ones_like(theta["log_beta"])
+def natural(theta: Mapping[str, Any], xp: Any = np) -> dict[str, Any]:
+    """Curve parameters ``r0, gain, tau, beta, sigma`` from the unconstrained ones."""
     return {
         "r0": theta["r0"],
         "gain": xp.sinh(theta["asinh_gain"]),
         "tau": xp.exp(theta["log_tau"]),
-        "beta": beta,
+        "beta": xp.exp(theta["log_beta"]),
         "sigma": xp.exp(theta["log_sigma"]),
     }
 
@@ -281,7 +241,7 @@ def log_likelihood(config: ModelConfig, theta: np.ndarray, t: np.ndarray, z: np.
     """Log-likelihood of one run's binned observations for each row of ``theta`` (n, len(PARAMS))."""
     if t.size == 0:
         return np.zeros(theta.shape[0])
-    params = natural({name: theta[:, j : j + 1] for j, name in enumerate(PARAMS)}, config)
+    params = natural({name: theta[:, j : j + 1] for j, name in enumerate(PARAMS)})
     mu, scale = observation(config, t[None], counts[None], params)
     return np.sum(student_t_logpdf(z[None], config.student_nu, mu, scale), axis=1)
 
@@ -354,9 +314,8 @@ def build_model(prepared: list[PreparedRun], config: ModelConfig | None = None, 
     Returns
     -------
     pymc.Model
-        With ``run``, ``family``, ``kind``, ``obs``, ``run_gain_centred`` and ``run_gain_offset``
-        coordinates; free per-run variables :data:`FREE_RUN_VARS` (``r0`` among them),
-        per-run deterministics ``gain, tau, sigma`` (and ``beta``), observed ``z_obs``.
+        With ``run``, ``family``, ``kind`` and ``obs`` coordinates; per-run
+        deterministics ``r0, gain, tau, sigma`` (and ``beta``), observed ``z_obs``.
 
     Raises
     ------
@@ -378,15 +337,11 @@ def build_model(prepared: list[PreparedRun], config: ModelConfig | None = None, 
     families = sorted({p.family for p in prepared if p.family}) or [NO_FAMILY]
     centres = list(centres) if centres is not None else size_centres(prepared)
     binned = [bin_observations(p.t, p.z, config.max_bins) for p in prepared]
-    kinds = np.array([p.kind_index for p in prepared])
-    offset = np.isin(kinds, [SCALE_KINDS.index(k) for k in NON_CENTRED_GAIN_KINDS])
     coords = {
         "run": [p.run_id for p in prepared],
         "family": families,
         "kind": list(SCALE_KINDS),
         "obs": np.arange(sum(b[0].size for b in binned)),
-        "run_gain_centred": [p.run_id for p, o in zip(prepared, offset) if not o],
-        "run_gain_offset": [p.run_id for p, o in zip(prepared, offset) if o],
     }
     with pm.Model(coords=coords) as model:
         t_data = pm.Data("t", np.concatenate([b[0] for b in binned]), dims="obs")
@@ -394,7 +349,7 @@ def build_model(prepared: list[PreparedRun], config: ModelConfig | None = None, 
         count_data = pm.Data("count", np.concatenate([b[2] for b in binned]), dims="obs")
         run_idx = pm.Data("run_idx", np.concatenate([np.full(b[0].size, r) for r, b in enumerate(binned)]).astype("int64"), dims="obs")
         cov = Covariates(
-            kind=kinds,
+            kind=np.array([p.kind_index for p in prepared]),
             family=np.array([families.index(p.family) if p.family else -1 for p in prepared]),
             size=pm.Data("log10_size", np.array([centred_size(p, centres) for p in prepared]), dims="run"),
             init=pm.Data("initial_cov", np.array([p.initial_cov for p in prepared]), dims="run"),
@@ -402,26 +357,14 @@ def build_model(prepared: list[PreparedRun], config: ModelConfig | None = None, 
         )
         loc, scale = run_prior(population_priors(config), cov, config, xp=pt)
         has_beta = get_form(config.form).has_beta
-        n = len(prepared)
         theta = {
-            name: pm.Normal(name, loc[name] * np.ones(n), scale[name], dims="run")
-            for name in ("r0", "log_tau", "log_sigma") + (("log_beta",) if has_beta else ())
+            name: loc[name] + scale[name] * pm.Normal(OFFSETS[name], 0, 1, dims="run")
+            for name in ("asinh_gain", "log_tau", "r0", "log_sigma", "log_beta")
+            if name != "log_beta" or has_beta
         }
-        theta.setdefault("log_beta", pt.zeros(n))
-        # The asinh gain: centred on the learned kind, loc + scale * offset on a declared range.
-        gain_loc, gain_scale = loc["asinh_gain"] * np.ones(n), scale["asinh_gain"] * np.ones(n)
-        parts, order = [], []
-        if (~offset).any():
-            idx = np.flatnonzero(~offset)
-            parts.append(pm.Normal("asinh_gain", gain_loc[idx], gain_scale[idx], dims="run_gain_centred"))
-            order.append(idx)
-        if offset.any():
-            idx = np.flatnonzero(offset)
-            parts.append(gain_loc[idx] + gain_scale[idx] * pm.Normal("gain_offset", 0.0, 1.0, dims="run_gain_offset"))
-            order.append(idx)
-        theta["asinh_gain"] = pt.concatenate(parts)[np.argsort(np.concatenate(order))]
-        params = natural(theta, config, xp=pt)
-        for name in ("gain", "tau", "sigma") + (("beta",) if has_beta else ()):
+        theta.setdefault("log_beta", pt.zeros(len(prepared)))
+        params = natural(theta, xp=pt)
+        for name in ("gain", "tau", "r0", "sigma") + (("beta",) if has_beta else ()):
             params[name] = pm.Deterministic(name, params[name], dims="run")
         mu, noise = observation(config, t_data, count_data, {name: value[run_idx] for name, value in params.items()}, xp=pt)
         pm.StudentT("z_obs", nu=config.student_nu, mu=mu, sigma=noise, observed=z_data, dims="obs")

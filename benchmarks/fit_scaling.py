@@ -91,7 +91,7 @@ def simulate_runs(n_runs: int, steps: int, seed: int) -> tuple[list, dict[str, n
         )
         loc, scale = run_prior(truth, cov, model.model_config, np)
         theta = {name: np.atleast_1d(loc[name] + scale[name] * rng.standard_normal()) for name in PARAMS}
-        _, rewards = simulate(model.model_config, t, natural(theta, model.model_config), rng)
+        _, rewards = simulate(model.model_config, t, natural(theta), rng)
         frame = pd.DataFrame({"step": np.arange(1, steps + 1), "reward": rewards[0]})
         run = bg.read_log(frame, run_id=f"sim-{r:04d}", family=family, params_b=float(10 ** log10_size[r]), total_steps=steps, reward_range=(0.0, 1.0))
         runs.append(run.with_meta(initial_reward=float(initial[r])))

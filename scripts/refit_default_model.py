@@ -50,7 +50,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replace-shipped", action="store_true", help=f"also copy the result over {DEFAULT_MODEL_PATH}")
     parser.add_argument("--shared", type=Path, default=None, help="folder of the shared runs (index.csv + runs/)")
     parser.add_argument("--quick", action="store_true", help="200 draws/tune instead of 1000")
-    parser.add_argument("--tune", type=int, default=None, help="tuning steps per chain (default: as many as draws)")
     parser.add_argument("--seed", type=int, default=2026)
     args = parser.parse_args(argv)
 
@@ -60,8 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     if not external:
         warnings.warn("no shared runs found: fitting on the bundled runs only", stacklevel=1)
     draws = 200 if args.quick else 1000
-    tune = args.tune if args.tune is not None else draws
-    model = bg.fit(bundled + external, sampler_config={"draws": draws, "tune": tune, "chains": 2, "seed": args.seed}, keep_full=False)
+    model = bg.fit(bundled + external, sampler_config={"draws": draws, "tune": draws, "chains": 2, "seed": args.seed}, keep_full=False)
     print(model.diagnostics)
     model.fitted_on = provenance(bundled, shared, len(external), argv)
     written = model.save(args.out, full=False)

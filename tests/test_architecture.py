@@ -20,14 +20,13 @@ from bayes_grpo.config import ModelConfig
 from bayes_grpo.curves import CURVE_FORMS, plateau_progress, shape
 from bayes_grpo.model import FittedModel
 from bayes_grpo.population import (
-    FREE_RUN_VARS,
+    OFFSETS,
     PARAMS,
     POPULATION_VARS,
     RunPrior,
     build_model,
     covariates,
     log_likelihood,
-    natural,
     normal_logpdf,
     run_prior,
     simulate,
@@ -148,7 +147,7 @@ def _evaluate(model, names: list[str], point: dict) -> list[np.ndarray]:
 
 @pytest.mark.parametrize("form", list(CURVE_FORMS))
 def test_pymc_and_forecast_densities_agree(form):
-    """Random population values and per-run values: the two log-densities agree to 1e-6."""
+    """Random population values and per-run offsets: the two log-densities agree to 1e-6."""
     pm = pytest.importorskip("pymc")
     prepared = [prepare_run(r) for r in _runs()]
     config = ModelConfig(form=form, max_bins=30)
@@ -156,8 +155,6 @@ def test_pymc_and_forecast_densities_agree(form):
     model = build_model(prepared, config, centres)
     rng = np.random.default_rng(1)
     point = {name: value + rng.normal(0, 0.5, np.shape(value)) for name, value in model.initial_point().items()}
-    # Both gain parameterisations are present: centred (learned scale) and offset (declared range).
-    assert list(model.coords["run_gain_centred"]) == ["r2"] and list(model.coords["run_gain_offset"]) == ["r0", "r1"]
 
     # Population values at the point (natural scale), as arrays with one posterior draw on the last axis.
     present = [v for v in POPULATION_VARS if v in model.named_vars]
@@ -167,35 +164,26 @@ def test_pymc_and_forecast_densities_agree(form):
     per_run = ["r0", "gain", "tau", "sigma"] + (["beta"] if "beta" in model.named_vars else [])
     deterministic = dict(zip(per_run, _evaluate(model, per_run, point)))
 
+    offsets = {name: point[OFFSETS[name]] if OFFSETS[name] in point else np.zeros(len(prepared)) for name in PARAMS}
     numpy_lik = numpy_prior = 0.0
     for r, p in enumerate(prepared):
         cov = covariates(p, centres, families)
         loc, scale = run_prior(pop, cov, config)
-        loc_v = np.array([np.ravel(loc[name])[0] for name in PARAMS])
-        scale_v = np.array([np.ravel(scale[name])[0] for name in PARAMS])
-        # theta from the free variables: centred ones directly, the offset gain through loc + scale * e.
-        theta = np.array([[point[name][r] if name in point and name != "asinh_gain" else 0.0 for name in PARAMS]])
-        gain = PARAMS.index("asinh_gain")
-        offset = p.run_id in model.coords["run_gain_offset"]
-        if offset:
-            e = point["gain_offset"][list(model.coords["run_gain_offset"]).index(p.run_id)]
-            theta[0, gain] = loc_v[gain] + scale_v[gain] * e
-        else:
-            theta[0, gain] = point["asinh_gain"][list(model.coords["run_gain_centred"]).index(p.run_id)]
+        theta = np.array([[np.ravel(loc[name])[0] + np.ravel(scale[name])[0] * offsets[name][r] for name in PARAMS]])
         # The per-run transform matches the PyMC deterministics.
-        curve = natural({name: theta[:, j] for j, name in enumerate(PARAMS)}, config)
-        for name in per_run:
-            assert curve[name][0] == pytest.approx(float(deterministic[name][r]), rel=1e-9, abs=1e-12), name
+        assert np.sinh(theta[0, 1]) == pytest.approx(float(deterministic["gain"][r]), rel=1e-9, abs=1e-12)
+        assert np.exp(theta[0, 2]) == pytest.approx(float(deterministic["tau"][r]), rel=1e-9)
+        assert theta[0, 0] == pytest.approx(float(deterministic["r0"][r]), rel=1e-9, abs=1e-12)
         t, z, counts = bin_observations(p.t, p.z, config.max_bins)
         numpy_lik += float(log_likelihood(config, theta, t, z, counts)[0])
-        sampled = [j for j, name in enumerate(PARAMS) if name in point or name == "asinh_gain"]
-        numpy_prior += float(normal_logpdf(theta[:, sampled], loc_v[sampled], scale_v[sampled])[0])
-        if offset:
-            # Density of the offset e = (theta - loc) / scale: the Normal density of theta times scale.
-            numpy_prior += float(np.log(scale_v[gain]))
+        sampled = [j for j, name in enumerate(PARAMS) if OFFSETS[name] in point]
+        loc_v = np.array([np.ravel(loc[PARAMS[j]])[0] for j in sampled])
+        scale_v = np.array([np.ravel(scale[PARAMS[j]])[0] for j in sampled])
+        # Density of theta minus the Jacobian of theta = loc + scale * e gives the density of the offsets e.
+        numpy_prior += float(normal_logpdf(theta[:, sampled], loc_v, scale_v)[0]) + float(np.sum(np.log(scale_v)))
 
     pymc_lik = float(model.compile_logp(vars=[model["z_obs"]])(point))
-    pymc_prior = float(model.compile_logp(vars=[model[n] for n in FREE_RUN_VARS if n in point])(point))
+    pymc_prior = float(model.compile_logp(vars=[model[OFFSETS[n]] for n in PARAMS if OFFSETS[n] in point])(point))
     assert numpy_lik == pytest.approx(pymc_lik, abs=1e-6, rel=1e-9)
     assert numpy_prior == pytest.approx(pymc_prior, abs=1e-6, rel=1e-9)
 
