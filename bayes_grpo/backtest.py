@@ -9,7 +9,10 @@ rule stops the run at the first check that says stop.
 
 The model behind each run's forecasts was fitted **without the run's source**
 (cross-validation grouped by source, :func:`bayes_grpo.calibration.grouped_folds`);
-folds run through :func:`bayes_grpo.parallel.map_jobs`.
+folds run through :func:`bayes_grpo.parallel.map_jobs`. With a cache folder
+(:func:`cached_fit_fold`) each fold's fit is saved as a model file named by the
+model code, the training runs and the sampler settings, so trying a new rule
+costs only the replay's forecasts.
 
 Scores, from the full logged run (never shown to a rule; all in :mod:`bayes_grpo.measures`):
 
@@ -19,7 +22,9 @@ Scores, from the full logged run (never shown to a rule; all in :mod:`bayes_grpo
 * **saved**: (last step - s) / last step;
 * **flips**: the share of consecutive checks whose decisions differ.
 
-Baselines: stopping at fixed fractions (40/60/80/90%), patience rules on the
+Baselines: stopping at fixed fractions (40/60/80/90%), the paper's "80% of an
+epoch" (arXiv 2507.18014; :func:`epoch_fraction`: the run's declared
+``steps_per_epoch``, else the planned run taken as one epoch), patience rules on the
 causally smoothed reward (like ``EarlyStoppingCallback``), Optuna's
 ``PatientPruner``, and the hindsight oracle (the first check whose regret is at
 most 0.05), which knows the future and bounds what any rule can save.
@@ -27,10 +32,13 @@ most 0.05), which knows the future and bounds what any rule can save.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,6 +46,7 @@ import pandas as pd
 
 from bayes_grpo import measures
 from bayes_grpo.calibration import BUNDLED_SOURCE, fit_fold, fold_health, grouped_splits, run_seed
+from bayes_grpo.config import ModelConfig, SamplerConfig
 from bayes_grpo.logs import RunLog
 from bayes_grpo.parallel import map_jobs
 from bayes_grpo.stopping import decision_from_forecast
@@ -55,10 +64,14 @@ CHECK_EVERY = 0.02
 THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
 #: Regret levels whose exceedance is reported ("share of runs with regret > 0.05 / 0.10").
 REGRET_LIMITS = (0.05, 0.10)
+#: Share of an epoch after which the paper's baseline (arXiv 2507.18014) stops.
+EPOCH_FRACTION = 0.8
 #: The hindsight oracle stops at the first check with regret at most this.
 ORACLE_REGRET = 0.05
 #: Name of the Bayesian rule at its default settings in the results.
 DEFAULT_RULE = "bayes_grpo default"
+#: The package's files whose contents decide what a fit returns: a change in any of them refits a cached fold.
+MODEL_CODE_FILES = ("config.py", "curves.py", "population.py", "prepare.py", "model.py")
 
 
 def check_indices(run: RunLog, start: float = CHECK_START, every: float = CHECK_EVERY) -> tuple[np.ndarray, np.ndarray]:
@@ -230,6 +243,24 @@ def fixed_fraction(fraction: float) -> Rule:
     return rule
 
 
+def epoch_fraction(fraction: float = EPOCH_FRACTION) -> Rule:
+    """Baseline from arXiv 2507.18014 ("training past roughly 40-80% of an epoch buys little"): stop at ``fraction`` of an epoch.
+
+    The epoch is the run's declared ``steps_per_epoch`` (``RunLog.meta``, read
+    e.g. from a ``trainer_state.json``) when it has one; otherwise the run as
+    planned is taken to be one epoch, and the rule is the same as stopping at
+    ``fraction`` of the run's steps. A run whose logged steps end before
+    ``fraction`` of its epoch is never stopped.
+    """
+
+    def rule(tr: RunTrace) -> np.ndarray:
+        last = float(tr.run.steps[-1])
+        epoch = float(tr.run.meta.steps_per_epoch or last)
+        return tr.fractions * last >= fraction * epoch - 1e-9
+
+    return rule
+
+
 def causal_smoothed(run: RunLog, indices: np.ndarray) -> np.ndarray:
     """The smoothed reward at each check from the points seen so far (what a live rule can know).
 
@@ -291,6 +322,7 @@ def baseline_rules() -> dict[str, Rule]:
         "fixed 60%": fixed_fraction(0.6),
         "fixed 80%": fixed_fraction(0.8),
         "fixed 90%": fixed_fraction(0.9),
+        f"paper: {EPOCH_FRACTION:.0%} of an epoch": epoch_fraction(),
         "patience 5 checks": patience_rule(5),
         "patience 10 checks": patience_rule(10),
         "optuna PatientPruner(5)": optuna_patient_rule(5),
@@ -443,6 +475,7 @@ class BacktestJob:
     seed: int = 0
     every: float = CHECK_EVERY
     model: FittedModel | None = None
+    cache_dir: str | None = None
 
     @property
     def name(self) -> str:
@@ -450,9 +483,103 @@ class BacktestJob:
         return f"fold {self.fold + 1}/{self.n_folds}: {fitted}, replay {len(self.test)}"
 
 
+def fold_cache_key(train: Sequence[RunLog], fit_options: Mapping[str, Any], seed: int) -> str:
+    """Hex digest naming one fold's fit in a cache: the model code, the training runs and the sampler settings.
+
+    It hashes the contents of :data:`MODEL_CODE_FILES`, every training run (id,
+    steps, rewards, metadata), the fit's keyword arguments and seed, and the
+    default :class:`~bayes_grpo.config.ModelConfig` and
+    :class:`~bayes_grpo.config.SamplerConfig` as this process sees them (so quick
+    mode, ``BAYES_GRPO_QUICK=1``, and full settings never share an entry).
+
+    Parameters
+    ----------
+    train : sequence of RunLog
+        The fold's training runs (their order does not matter).
+    fit_options : mapping
+        Keyword arguments of :func:`bayes_grpo.fit`.
+    seed : int
+        The fit's seed.
+
+    Returns
+    -------
+    str
+        64 hex characters.
+
+    Example
+    -------
+    >>> fold_cache_key(train, {}, 0)  # doctest: +SKIP
+    '3f9c...'
+    """
+    digest = hashlib.sha256()
+    package = Path(__file__).resolve().parent
+    for name in MODEL_CODE_FILES:
+        digest.update(name.encode() + b"\0" + (package / name).read_bytes() + b"\0")
+    for run in sorted(train, key=lambda r: r.run_id):
+        digest.update(run.run_id.encode() + b"\0")
+        digest.update(np.asarray(run.steps, dtype=np.float64).tobytes())
+        digest.update(np.asarray(run.rewards, dtype=np.float64).tobytes())
+        digest.update(repr(run.meta.describe()).encode())
+    settings = {
+        "fit_options": dict(fit_options),
+        "seed": seed,
+        "model_config": ModelConfig().to_dict(),
+        "sampler_config": SamplerConfig().to_dict(),
+    }
+    digest.update(json.dumps(settings, sort_keys=True, default=str).encode())
+    return digest.hexdigest()
+
+
+def cached_fit_fold(
+    train: Sequence[RunLog], fit_options: Mapping[str, Any], seed: int, cache_dir: str | Path | None
+) -> tuple[FittedModel, bool]:
+    """:func:`bayes_grpo.calibration.fit_fold`, reading and writing ``cache_dir/fold-<key>.nc`` when a folder is given.
+
+    A cached fit is a :meth:`~bayes_grpo.model.FittedModel.save` file (population
+    posterior and fit diagnostics) named by :func:`fold_cache_key`, so it is only
+    reused for the same model code, training runs and sampler settings. With
+    ``cache_dir=None`` this is a plain fit.
+
+    Parameters
+    ----------
+    train : sequence of RunLog
+        The fold's training runs.
+    fit_options : mapping
+        Keyword arguments of :func:`bayes_grpo.fit`.
+    seed : int
+        The fit's seed.
+    cache_dir : path-like or None
+        Folder of cached fold fits (created when missing).
+
+    Returns
+    -------
+    (FittedModel, bool)
+        The model, and whether it came from the cache.
+
+    Example
+    -------
+    >>> model, from_cache = cached_fit_fold(train, {}, 0, "/tmp/bt_cache")  # doctest: +SKIP
+    """
+    from bayes_grpo.model import load_model
+
+    if cache_dir is None:
+        return fit_fold(train, fit_options, seed), False
+    path = Path(cache_dir) / f"fold-{fold_cache_key(train, fit_options, seed)}.nc"
+    if path.is_file():
+        return load_model(path), True
+    model = fit_fold(train, fit_options, seed)
+    partial = path.with_suffix(".partial.nc")
+    model.save(partial, full=False)
+    partial.replace(path)
+    return model, False
+
+
 def run_backtest_fold(job: BacktestJob) -> tuple[list[RunTrace], dict[str, Any]]:
-    """Fit one fold (unless a model is given) and replay its held-out runs: (traces, fold health)."""
-    model = job.model if job.model is not None else fit_fold(job.train, job.fit_options, job.seed + job.fold)
+    """Fit one fold (unless a model is given; from the cache when it holds it) and replay its held-out runs: (traces, fold health)."""
+    if job.model is not None:
+        model, from_cache = job.model, False
+    else:
+        model, from_cache = cached_fit_fold(job.train, job.fit_options, job.seed + job.fold, job.cache_dir)
     traces = [
         trace(
             model, run, source=job.sources[run.run_id], thresholds=job.thresholds,
@@ -462,7 +589,7 @@ def run_backtest_fold(job: BacktestJob) -> tuple[list[RunTrace], dict[str, Any]]
     ]
     health = {"fold": job.fold, "train_runs": len(job.train), "test_runs": len(job.test)}
     if job.model is None:
-        health.update(fold_health(model))
+        health.update(fold_health(model), cached=from_cache)
     return traces, health
 
 
@@ -489,6 +616,7 @@ def backtest(
     n_jobs: int | None = 1,
     cluster: str | None = None,
     progress: bool = True,
+    cache_dir: str | Path | None = None,
 ) -> Backtest:
     """Backtest the stopping rule with folds grouped by source: each run is replayed with a model that never saw its source.
 
@@ -515,6 +643,10 @@ def backtest(
         Spacing of the checks (share of each run's steps), from 10% on.
     n_jobs, cluster, progress
         Passed to :func:`bayes_grpo.parallel.map_jobs`.
+    cache_dir : path-like, optional
+        Folder of cached fold fits (:func:`cached_fit_fold`): a rerun with the
+        same model code, runs and sampler settings skips the fits and only
+        replays the forecasts and rules.
 
     Returns
     -------
@@ -544,6 +676,7 @@ def backtest(
             seed,
             every,
             model,
+            None if cache_dir is None else str(cache_dir),
         )
         for fold, (train, test) in enumerate(grouped_splits(runs, sources, n_folds, seed))
     ]

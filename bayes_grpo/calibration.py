@@ -17,13 +17,21 @@ and scored against what really happened. Every definition comes from
 * **change after the cut**: |truth - persistence| / spread; the top third of it
   (:func:`bayes_grpo.measures.hardest_third`) is summarised separately.
 
-**Forecast quantity.** By default (``quantity="window"``) the forecast is the
-posterior of the *mean of the forecast trajectory over the run's final-window
-steps* plus the noise of averaging that many logged steps
-(``Forecast.step_noise / sqrt(window size)``): exactly the quantity the truth
-measures, also for runs logged only part of their planned steps.
+**Forecast quantity.** By default (``quantity="window"``) the forecast is
+:meth:`bayes_grpo.forecast.Forecast.window_reward` of the run's real
+final-window steps: the posterior predictive of the mean logged reward over
+those steps, the noise of averaging them included. That is exactly the quantity
+the truth measures, also for runs logged only part of their planned steps.
 ``quantity="final"`` scores ``Forecast.final`` instead, as the public API
-returns it (the reward at ``total_steps``).
+returns it: the same computation on the final window the forecast expects from
+``total_steps`` and the run's logging interval (identical when the run logs up
+to its planned end at a steady interval).
+
+**Forecast health.** Every row also carries the forecast's importance-sampling
+``ess``, its Pareto ``pareto_k`` (above 0.7: unreliable weights), the
+``proposal`` that made them, and the posterior weights of the three regimes
+(``p_take_off_ahead``, ``p_plateau``, ``p_decline``; :attr:`Forecast.regimes`);
+:func:`summarise` reports the median ESS and the share of k-hat above 0.7.
 
 Sources: the ``source_repo`` of each shared external run (from the metadata the
 loader attaches, else from ``index.csv``), and one source for all bundled runs.
@@ -47,6 +55,7 @@ import pandas as pd
 from bayes_grpo import measures
 from bayes_grpo.curves import fit_paper_law
 from bayes_grpo.errors import BayesGrpoError, LogError
+from bayes_grpo.forecast import PARETO_K_MAX
 from bayes_grpo.logs import RunLog, load_runs
 from bayes_grpo.parallel import map_jobs
 from bayes_grpo.settings import EVALUATION_FRACTIONS, FORECAST_QUANTILES, shared_runs_dir
@@ -54,6 +63,7 @@ from bayes_grpo.settings import EVALUATION_FRACTIONS, FORECAST_QUANTILES, shared
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from bayes_grpo.forecast import Forecast
     from bayes_grpo.model import FittedModel
 
 #: Source name given to every run bundled with the repository (they form one group).
@@ -169,6 +179,9 @@ def load_evaluation_runs(
         raise BayesGrpoError("no runs to evaluate: neither the shared external runs nor the bundled runs were found")
     index = shared_index(shared_dir).set_index("run_id")["source_repo"].astype(str).to_dict()
     sources = {run.run_id: source_of(run, index) for run in runs}
+    for run in runs:
+        # Recorded on the run so that a fit sees it too (bayes_grpo.prepare.run_source).
+        run.meta.extra["source_repo"] = sources[run.run_id]
     if max_runs is not None and max_runs < len(runs):
         runs = _spread_over_sources(runs, sources, max_runs, seed)
     return runs, {run.run_id: sources[run.run_id] for run in runs}
@@ -372,8 +385,10 @@ def evaluate_run(model: FittedModel, run: RunLog, fraction: float, *, seed: int 
     Returns
     -------
     dict or None
-        One row of scores; None when the cut already reaches the final window
-        (a run logged only part of its planned steps), where there is nothing to forecast.
+        One row of scores (those of :func:`score_cut`, plus ``pareto_k``, ``proposal`` and the
+        regime weights ``p_take_off_ahead``, ``p_plateau``, ``p_decline``); None when the cut
+        already reaches the final window (a run logged only part of its planned steps), where
+        there is nothing to forecast.
 
     Example
     -------
@@ -381,20 +396,25 @@ def evaluate_run(model: FittedModel, run: RunLog, fraction: float, *, seed: int 
     >>> row["error"], row["covered_90"]  # doctest: +SKIP
     """
 
+    forecasts: list[Forecast] = []
+
     def predict(head: RunLog, total: int, window: np.ndarray) -> tuple[float, dict[float, float], float]:
         fc = model.forecast(head, total_steps=total, seed=seed)
-        levels = np.asarray(FORECAST_QUANTILES)
+        forecasts.append(fc)
         if quantity == "window":
-            rng = np.random.default_rng(seed)
-            samples = fc.at_steps(window).mean(axis=1) + rng.standard_normal(fc.draws.shape[0]) * fc.step_noise / np.sqrt(window.size)
-            mean, values = float(samples.mean()), np.quantile(samples, levels)
+            predicted = fc.window_reward(window)
         elif quantity == "final":
-            mean, values = float(fc.final.mean), np.asarray(fc.final.quantile(levels), dtype=float)
+            predicted = fc.final
         else:
             raise BayesGrpoError(f"quantity must be 'window' or 'final', got {quantity!r}")
-        return mean, dict(zip(FORECAST_QUANTILES, values.tolist())), float(getattr(fc, "ess", np.nan))
+        values = np.asarray(predicted.quantile(np.asarray(FORECAST_QUANTILES)), dtype=float)
+        return predicted.mean, dict(zip(FORECAST_QUANTILES, values.tolist())), fc.ess
 
-    return score_cut(run, fraction, predict)
+    row = score_cut(run, fraction, predict)
+    if row is None:
+        return None
+    fc = forecasts[-1]
+    return {**row, "pareto_k": fc.pareto_k, "proposal": fc.proposal, **{f"p_{name}": weight for name, weight in fc.regimes.items()}}
 
 
 def evaluate(
@@ -598,7 +618,8 @@ def summarise(scores: pd.DataFrame, by: Sequence[str] = ("fraction",)) -> pd.Dat
     pandas.DataFrame
         Columns ``runs, error, persistence, paper_law, ratio_to_persistence,
         coverage_90, coverage_50, above_q95, below_q05, width_90_median,
-        quantile_score, change_after_cut``.
+        quantile_score, change_after_cut, ess_median`` and, for forecasts that
+        report it, ``pareto_k_above_0.7`` (share of forecasts with unreliable weights).
 
     Example
     -------
@@ -621,6 +642,47 @@ def summarise(scores: pd.DataFrame, by: Sequence[str] = ("fraction",)) -> pd.Dat
         }
     )
     table.insert(4, "ratio_to_persistence", table["error"] / table["persistence"])
+    table["ess_median"] = grouped["ess"].median()
+    if "pareto_k" in scores:
+        table["pareto_k_above_0.7"] = grouped["pareto_k"].apply(lambda k: float(np.mean(k > PARETO_K_MAX)))
+    return table.reset_index()
+
+
+def health_table(scores: pd.DataFrame, by: Sequence[str] = ("fraction",)) -> pd.DataFrame:
+    """How well the forecasts' importance sampling went, one row per ``by`` group.
+
+    Parameters
+    ----------
+    scores : pandas.DataFrame
+        Rows of :func:`evaluate_run` (with ``ess``, ``pareto_k``, ``proposal`` and the regime weights).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``forecasts``; ``ess_p10`` and ``ess_median``; ``pareto_k_median``, ``pareto_k_p90`` and
+        ``pareto_k_above_0.7``; the share of forecasts from each proposal (``from_prior``,
+        ``from_laplace``, ``from_mcmc``); and the mean regime weights (``p_take_off_ahead``,
+        ``p_plateau``, ``p_decline``).
+
+    Example
+    -------
+    >>> health_table(cv.scores[cv.scores["set"] == "real"])  # doctest: +SKIP
+    """
+    grouped = scores.groupby(list(by))
+    table = pd.DataFrame(
+        {
+            "forecasts": grouped.size(),
+            "ess_p10": grouped["ess"].quantile(0.1),
+            "ess_median": grouped["ess"].median(),
+            "pareto_k_median": grouped["pareto_k"].median(),
+            "pareto_k_p90": grouped["pareto_k"].quantile(0.9),
+            "pareto_k_above_0.7": grouped["pareto_k"].apply(lambda k: float(np.mean(k > PARETO_K_MAX))),
+        }
+    )
+    for proposal in ("prior", "laplace", "mcmc"):
+        table[f"from_{proposal}"] = grouped["proposal"].apply(lambda p, name=proposal: float(np.mean(p == name)))
+    for column in ("p_take_off_ahead", "p_plateau", "p_decline"):
+        table[column] = grouped[column].mean()
     return table.reset_index()
 
 

@@ -11,7 +11,11 @@ other metrics):
 * ``plateau/best_step``: the step with the highest smoothed reward so far (the
   one worth keeping);
 * ``forecast/final_q50``, ``forecast/final_q05``, ``forecast/final_q95``: the
-  median and 90% interval of the forecast reward at ``max_steps``.
+  median and 90% interval of the forecast final reward (the mean logged reward
+  over the last 10% of the steps up to ``max_steps``, :attr:`Forecast.final`);
+* ``forecast/p_take_off_ahead``: the posterior weight of "most of the rise is
+  still ahead" (:attr:`Forecast.regimes`);
+* ``forecast/pareto_k``: the forecast's Pareto k-hat (above 0.7 its weights are unreliable).
 
 It sets ``control.should_training_stop`` when the rule says stop. When the
 trainer saves checkpoints, :attr:`PlateauStoppingCallback.best_checkpoint`
@@ -52,6 +56,8 @@ PROBABILITY_KEY = "plateau/probability"
 GAIN_KEY = "plateau/expected_gain"
 BEST_STEP_KEY = "plateau/best_step"
 FINAL_KEYS = {"forecast/final_q05": 0.05, "forecast/final_q50": 0.5, "forecast/final_q95": 0.95}
+TAKE_OFF_KEY = "forecast/p_take_off_ahead"
+PARETO_K_KEY = "forecast/pareto_k"
 MIN_POINTS = 5
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
 
@@ -185,6 +191,7 @@ class PlateauStoppingCallback(TrainerCallback):
             self.decisions.append(decision)
             values: dict[str, float] = {PROBABILITY_KEY: decision.probability, GAIN_KEY: decision.expected_gain, BEST_STEP_KEY: decision.best_step}
             values.update({key: float(fc.final.quantile(q)) for key, q in FINAL_KEYS.items()})
+            values.update({TAKE_OFF_KEY: fc.regimes["take_off_ahead"], PARETO_K_KEY: fc.pareto_k})
             logs.update(values)
             if state.log_history and state.log_history[-1].get("step") == state.global_step:
                 state.log_history[-1].update(values)

@@ -400,9 +400,11 @@ def _run_forecast(args: argparse.Namespace) -> int:
     final = fc.final
     lo50, hi50 = final.interval(0.5)
     lo90, hi90 = final.interval(0.9)
+    regimes = ", ".join(f"{name.replace('_', ' ')} {weight:.2f}" for name, weight in fc.regimes.items())
+    print(f"regimes: {regimes}; importance sampling ESS {fc.ess:.0f}, Pareto k {fc.pareto_k:.2f}")
     print(
-        f"final reward at step {fc.total_steps}: mean {final.mean:.4g}, median {final.quantile(0.5):.4g}, "
-        f"50% [{lo50:.4g}, {hi50:.4g}], 90% [{lo90:.4g}, {hi90:.4g}]"
+        f"final reward (mean of the last 10% of steps to {fc.total_steps}): mean {final.mean:.4g}, "
+        f"median {final.quantile(0.5):.4g}, 50% [{lo50:.4g}, {hi50:.4g}], 90% [{lo90:.4g}, {hi90:.4g}]"
     )
     if args.plot:
         print(f"wrote the fan chart to {_save_fan_chart(fc, args)}")
@@ -436,7 +438,7 @@ def _add_stop_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", metavar="FILE", help="a model file saved by 'bayes-grpo fit' (default: the shipped model)")
     parser.add_argument("--threshold", type=_probability, default=STOP_THRESHOLD, help=f"stop when the probability reaches this, between 0 and 1 (default {STOP_THRESHOLD})")
     parser.add_argument("--tolerance", type=_non_negative_float, default=STOP_TOLERANCE, help=f"fraction of the reward scale that counts as no gain (default {STOP_TOLERANCE})")
-    parser.add_argument("--relative-to", choices=("range", "gain"), default="range", help="reward scale: range/spread (default) or gain so far")
+    parser.add_argument("--relative-to", choices=("spread", "range", "gain"), default="spread", help="reward scale: logged 10-90%% spread (default), declared range, or gain so far")
     parser.add_argument("--value-per-reward", type=_positive_float, help="worth of one unit of reward (decision-theoretic mode)")
     parser.add_argument("--cost-per-step", type=_non_negative_float, help="cost of one training step, same currency (decision-theoretic mode)")
     parser.add_argument("--seed", type=_non_negative_int, default=0, help="random seed of the forecast draws (default 0)")

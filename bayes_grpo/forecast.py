@@ -8,24 +8,37 @@ steps by importance sampling. Both densities come from the one model
 definition in :mod:`bayes_grpo.population` (:class:`~bayes_grpo.population.RunPrior`,
 :func:`~bayes_grpo.population.log_likelihood`); this module works on any
 :class:`~bayes_grpo.population.PopulationPosterior` and does not import the
-fitting code (see :func:`condition`: prior particles first;
-when their weights degenerate, a multivariate t around the Laplace
-approximation, mixed with the prior; weights stay exact ``prior * likelihood /
-proposal``). This is a few vectorised NumPy passes, fast enough to run inside a
-training loop, and the prior component keeps the bimodal "took off / not yet"
-case that a Laplace approximation alone would miss.
+fitting code. :func:`condition` samples the prior (a mixture over a fixed
+subset of population draws, the same for sampling and density, so weights are
+exact), falls back to a Laplace/multivariate-t proposal and then to a
+Metropolis-placed mixture when the weights degenerate, and measures every
+attempt with Pareto-smoothed importance sampling (ArviZ): each forecast carries
+its ESS and Pareto k-hat, and warns when they stay poor. This is a few
+vectorised NumPy passes, fast enough to run inside a training loop, and the
+prior component keeps the bimodal "took off / not yet" case that a Laplace
+approximation alone would miss.
 
 Trajectories carry a model-discrepancy term: beyond the last logged step the
 forecast may wander from the parametric curve as a Brownian motion with scale
 ``drift * sigma`` per unit of progress, so intervals stay honest for runs whose
 shape the curve form does not capture.
+
+:attr:`Forecast.final` is the posterior predictive of what
+:func:`bayes_grpo.measures.final_reward` measures: the mean *logged* reward
+over the final 10% of the run's logging steps, the noise of averaging those
+steps included (:meth:`Forecast.window_reward`); :attr:`Forecast.level_at_end`
+is the latent level at ``total_steps``. :attr:`Forecast.regimes` gives the
+posterior weights of "take-off still ahead", "plateau" and "decline".
 """
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import arviz as az
 import numpy as np
 import pandas as pd
 import xarray as xr
@@ -37,19 +50,41 @@ from bayes_grpo.errors import ModelError
 from bayes_grpo.logs import RunLog
 from bayes_grpo.population import PARAMS, PopulationPosterior, RunPrior, in_support, log_likelihood, natural, step_noise
 from bayes_grpo.prepare import PreparedRun, bin_observations, prepare_run
-from bayes_grpo.settings import FORECAST_QUANTILES
+from bayes_grpo.measures import final_window_size, smoothed
+from bayes_grpo.settings import FINAL_WINDOW_FRACTION, FORECAST_QUANTILES
 
 MAX_GRID_POINTS = 500
+#: Population posterior draws the forecast prior is a mixture over (for sampling and density alike).
+PRIOR_COMPONENTS = 128
+#: Importance-sampling particles per proposal.
+N_PARTICLES = 3000
+#: Pareto k-hat above this: the importance weights are unreliable (Vehtari et al. 2024, JMLR 25(72)).
+PARETO_K_MAX = 0.7
+#: Weights whose ESS is below this share of the particles are too concentrated to trust.
+MIN_ESS_FRACTION = 0.1
+#: Share of every local proposal drawn from the prior (defensive importance sampling).
+DEFENSIVE_SHARE = 0.2
+#: Chains and steps of the Metropolis run that places the fallback proposal, and how many such rounds
+#: (each starts from the best particles so far) are tried before giving up.
+MCMC_CHAINS, MCMC_STEPS, MCMC_ROUNDS = 400, 30, 3
+#: Kernels of the fallback mixture, and their width relative to the chains' spread.
+MIXTURE_KERNELS, KERNEL_BANDWIDTH = 64, 0.6
+#: A change of the reward level counts as material, for the regimes, beyond this many per-step noise SDs.
+MATERIAL_NOISE = 1.0
+#: Regimes reported by :attr:`Forecast.regimes`, in order.
+REGIMES = ("take_off_ahead", "plateau", "decline")
+# Second entry of the seed of the logging noise in Forecast.window_reward (apart from the sampler's streams).
+_WINDOW_NOISE_STREAM = 2
 
 
 @dataclass
 class FinalReward:
-    """Posterior predictive of the reward level at ``total_steps``.
+    """Posterior predictive draws of one reward quantity (e.g. :attr:`Forecast.final`).
 
     Parameters
     ----------
     samples : ndarray
-        Draws of the final reward level (the run's own reward scale).
+        Draws of the quantity, in the run's own reward scale.
 
     Example
     -------
@@ -128,14 +163,22 @@ class Forecast:
     prepared : PreparedRun
         The normalised run.
     ess : float
-        Effective sample size of the importance weights.
+        Effective sample size of the (Pareto-smoothed) importance weights the draws were resampled from.
+    pareto_k : float
+        Pareto k-hat of those weights (:func:`arviz.psislw`): above 0.7 they are unreliable
+        (:func:`condition` then tried better proposals, and warned if none helped).
+    proposal : str
+        The proposal the weights came from: ``"prior"``, ``"laplace"`` or ``"mcmc"`` (see :func:`condition`).
     noise_floor : float
         The model's per-step noise floor (normalised units).
+    seed : int
+        Seed of the forecast; also fixes the logging noise drawn by :meth:`window_reward`.
 
     Example
     -------
     >>> fc = bg.default_model().forecast(run.head(100), total_steps=400)  # doctest: +SKIP
     >>> fc.final.quantile(0.5), fc.final.interval(0.9)  # doctest: +SKIP
+    >>> fc.regimes["take_off_ahead"], fc.ess, fc.pareto_k  # doctest: +SKIP
     """
 
     run_id: str
@@ -150,7 +193,10 @@ class Forecast:
     current: np.ndarray
     prepared: PreparedRun = field(repr=False)
     ess: float = float("nan")
+    pareto_k: float = float("nan")
+    proposal: str = ""
     noise_floor: float = ModelConfig.noise_floor
+    seed: int = 0
 
     @property
     def last_observed_step(self) -> int | None:
@@ -164,8 +210,118 @@ class Forecast:
 
     @property
     def final(self) -> FinalReward:
-        """The reward at ``total_steps``: ``.mean``, ``.quantile(q)``, ``.samples``."""
+        """Mean logged reward over the final window, noise included: ``.mean``, ``.quantile(q)``, ``.interval``, ``.samples``.
+
+        The final window is the last :data:`~bayes_grpo.settings.FINAL_WINDOW_FRACTION`
+        (10%) of the steps the run is expected to log up to ``total_steps``
+        (:meth:`final_window_steps`), and the quantity is :meth:`window_reward` of
+        those steps: what :func:`bayes_grpo.measures.final_reward` measures on the
+        finished run. The latent level at ``total_steps`` is :attr:`level_at_end`.
+        """
+        return self.window_reward(self.final_window_steps())
+
+    @property
+    def level_at_end(self) -> FinalReward:
+        """The expected reward level (no logging noise) at ``total_steps``."""
         return FinalReward(self.draws[:, -1])
+
+    @property
+    def logging_interval(self) -> float:
+        """Steps between logged rewards: the median spacing of the observed steps (1 with fewer than two)."""
+        if self.observed_steps.size < 2:
+            return 1.0
+        return max(float(np.median(np.diff(self.observed_steps))), 1.0)
+
+    def final_window_steps(self, fraction: float = FINAL_WINDOW_FRACTION) -> np.ndarray:
+        """The steps the run is expected to log in its final window (the last ``fraction`` of its logged steps).
+
+        The run logs every :attr:`logging_interval` steps up to ``total_steps``;
+        the window holds :func:`bayes_grpo.measures.final_window_size` of those
+        points, counted back from ``total_steps``.
+        """
+        interval = self.logging_interval
+        n_logged = max(1, int(round(self.total_steps / interval)))
+        size = final_window_size(n_logged, fraction)
+        return np.clip(self.total_steps - interval * np.arange(size)[::-1], 1.0, None)
+
+    def window_reward(self, steps: np.ndarray) -> FinalReward:
+        """Posterior predictive of the mean logged reward at ``steps``, noise included.
+
+        Per draw: the mean of the trajectory draw over ``steps`` plus Normal noise
+        of SD ``step_noise / sqrt(len(steps))``, the noise of averaging that many
+        logged rewards. The noise is fixed by the forecast's ``seed``, so repeated
+        calls agree. Calibration scores this quantity on the real window's steps.
+
+        Parameters
+        ----------
+        steps : array of int or float
+            The logged steps averaged (at least one).
+
+        Returns
+        -------
+        FinalReward
+        """
+        steps = np.atleast_1d(np.asarray(steps, dtype=float))
+        if steps.size == 0:
+            raise ModelError("window_reward needs at least one step")
+        noise = np.random.default_rng([self.seed, _WINDOW_NOISE_STREAM]).standard_normal(self.draws.shape[0])
+        return FinalReward(self._mean_over(self.draws, steps) + noise * self.step_noise / np.sqrt(steps.size))
+
+    @property
+    def regimes(self) -> dict[str, float]:
+        """Posterior weights of three regimes: ``take_off_ahead``, ``plateau`` and ``decline`` (they sum to 1).
+
+        Judged per draw of the expected reward (:attr:`draws`: the curve up to
+        the last logged step, the curve plus the model-discrepancy wander after
+        it; no logging noise), in units of that draw's per-step noise
+        :attr:`step_noise`: a change beyond ``m = MATERIAL_NOISE`` (1) noise SD
+        is *material*.
+
+        * ``now``: the level at the last logged step; ``rise so far``: ``now``
+          minus the level at the first logged step;
+        * ``window``: the mean level over :meth:`final_window_steps` (the
+          latent part of :attr:`final`); ``rise ahead``: ``window - now``;
+        * ``best``: the larger of ``now`` and the highest smoothed logged reward
+          (:func:`bayes_grpo.measures.smoothed`, kernel SD
+          :data:`~bayes_grpo.settings.SMOOTHING_BANDWIDTH` of the planned steps).
+
+        A draw is in **decline** when ``window < best - m``: the final window
+        sits materially below the best level reached so far. Otherwise it is a
+        **take-off ahead** when ``rise ahead > m`` and ``rise ahead > rise so
+        far``: a material rise, most of the run's rise still to come. Otherwise
+        it is a **plateau** (the main rise is behind, or no material change
+        is ahead). A run not yet started has no rise so far and no best.
+        """
+        levels = self.draws
+        window = self._mean_over(levels, self.final_window_steps())
+        if self.observed_steps.size:
+            now = self._mean_over(levels, self.observed_steps[-1:].astype(float))
+            rise_so_far = now - self._mean_over(levels, self.observed_steps[:1].astype(float))
+            span = max(float(self.total_steps - self.observed_steps[0]), float(self.observed_steps[-1] - self.observed_steps[0]), 1.0)
+            best = np.maximum(now, float(np.max(smoothed(self.observed_steps, self.observed_rewards, span=span))))
+        else:
+            now = levels[:, 0]
+            rise_so_far = np.zeros_like(now)
+            best = now
+        material = MATERIAL_NOISE * self.step_noise
+        ahead = window - now
+        decline = window < best - material
+        take_off = ~decline & (ahead > material) & (ahead > rise_so_far)
+        weights = (take_off.mean(), (~decline & ~take_off).mean(), decline.mean())
+        return {name: float(w) for name, w in zip(REGIMES, weights)}
+
+    def _mean_over(self, values: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """Per-draw mean over ``steps`` of ``values`` (draws x grid), linearly interpolated between grid steps."""
+        grid = self.steps
+        if grid.size == 1:
+            return values[:, 0].copy()
+        right = np.clip(np.searchsorted(grid, steps), 1, grid.size - 1)
+        left = right - 1
+        frac = np.clip((steps - grid[left]) / (grid[right] - grid[left]), 0.0, 1.0)
+        weights = np.zeros(grid.size)
+        np.add.at(weights, left, 1.0 - frac)
+        np.add.at(weights, right, frac)
+        return values @ (weights / steps.size)
 
     @property
     def remaining_gain(self) -> np.ndarray:
@@ -218,59 +374,211 @@ class Forecast:
         return ax
 
 
-def _ess(log_w: np.ndarray) -> float:
-    w = np.exp(log_w - logsumexp(log_w))
-    return float(1.0 / np.sum(w**2))
+@dataclass(frozen=True)
+class Conditioning:
+    """Weighted parameter particles of one run given its logged steps, and how trustworthy the weights are.
+
+    Attributes
+    ----------
+    theta : ndarray
+        (n_particles, len(PARAMS)) unconstrained parameters.
+    log_weights : ndarray
+        Pareto-smoothed (PSIS), normalised log importance weights.
+    ess : float
+        Effective sample size of the smoothed weights, ``1 / sum(w^2)``.
+    pareto_k : float
+        Estimated shape k-hat of the generalised Pareto fitted to the largest raw weights
+        (:func:`arviz.psislw`): at most 0.7 the weighted estimates are reliable, above it not.
+    proposal : str
+        Which proposal made the particles: ``"prior"``, ``"laplace"`` or ``"mcmc"`` (see :func:`condition`).
+    """
+
+    theta: np.ndarray
+    log_weights: np.ndarray
+    ess: float
+    pareto_k: float
+    proposal: str
+
+    @property
+    def reliable(self) -> bool:
+        """k-hat at most :data:`PARETO_K_MAX` and ESS at least :data:`MIN_ESS_FRACTION` of the particles."""
+        return bool(self.pareto_k <= PARETO_K_MAX and self.ess >= MIN_ESS_FRACTION * self.theta.shape[0])
+
+
+def _smoothed(theta: np.ndarray, log_w: np.ndarray, proposal: str) -> Conditioning:
+    """PSIS-smooth raw log weights (ArviZ) and measure them: ESS and Pareto k-hat."""
+    with warnings.catch_warnings():  # ArviZ warns on a large k-hat; condition() decides what to do about it
+        warnings.simplefilter("ignore")
+        smoothed, k_hat = az.psislw(np.asarray(log_w, dtype=float))
+    smoothed = np.asarray(smoothed, dtype=float)
+    ess = float(1.0 / np.sum(np.exp(2.0 * smoothed)))
+    return Conditioning(theta=theta, log_weights=smoothed, ess=ess, pareto_k=float(k_hat), proposal=proposal)
+
+
+class _ThinnedPopulation:
+    """A population posterior restricted to a subset of its draws (the forecast prior's mixture components).
+
+    Everything but :meth:`population_arrays` (families, sources, size centres,
+    settings) is the wrapped model's own.
+    """
+
+    def __init__(self, model: PopulationPosterior, picks: np.ndarray):
+        self._model = model
+        self._arrays = {name: values[..., picks] for name, values in model.population_arrays().items()}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+    def population_arrays(self) -> dict[str, np.ndarray]:
+        return self._arrays
+
+
+def _thinned(model: PopulationPosterior, rng: np.random.Generator, n_draws: int) -> PopulationPosterior:
+    """``model`` with ``n_draws`` of its posterior draws picked at random (the sample axis is last)."""
+    n_total = next(iter(model.population_arrays().values())).shape[-1]
+    if n_total <= n_draws:
+        return model
+    return _ThinnedPopulation(model, np.sort(rng.choice(n_total, size=n_draws, replace=False)))
 
 
 def condition(
     model: PopulationPosterior,
     prepared: PreparedRun,
     *,
-    n_particles: int = 3000,
+    n_particles: int = N_PARTICLES,
     seed: int = 0,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Importance-sample the run's parameters given its steps: (particles, normalised log weights).
+) -> Conditioning:
+    """Importance-sample the run's parameters given its steps, with PSIS diagnostics.
 
-    1. Particles from the population prior, weighted by the likelihood: enough
-       when the run has few steps (weights stay spread out).
-    2. Otherwise the posterior is peaked: find its mode (BFGS from the best
-       particles), take a Laplace covariance from a finite-difference Hessian and
-       propose from a multivariate t around it, mixed with the prior (defensive
-       importance sampling keeps the "not taken off yet" mode if it has mass).
-    3. If weights are still degenerate, refit the proposal to the weighted
-       particles once more (moment matching).
+    The prior is the population posterior predictive of the run's parameters,
+    mixed over :data:`PRIOR_COMPONENTS` posterior draws picked at random; the
+    same draws serve to sample it and to evaluate its density, so every weight
+    is exactly ``prior * likelihood / proposal``. Proposals, in turn, until the
+    weights are reliable (Pareto k-hat <= :data:`PARETO_K_MAX` and ESS >=
+    :data:`MIN_ESS_FRACTION` of the particles):
+
+    1. ``"prior"``: particles from the prior, weighted by the likelihood; kept
+       when the weights stay spread out (ESS >= 25% of the particles), as they
+       do for runs with few steps.
+    2. ``"laplace"``: a multivariate t around the posterior mode (BFGS from the
+       best particles, finite-difference Hessian), mixed with the prior
+       (defensive importance sampling keeps a "not taken off yet" mode that has
+       mass), then refitted once to the weighted particles (moment matching).
+    3. ``"mcmc"``: a short random-walk Metropolis run on the run's log posterior
+       (:data:`MCMC_CHAINS` chains from the best particles so far, the step
+       covariance adapted halfway) places a mixture of t kernels on the
+       posterior's actual shape (curved or multimodal posteriors defeat the
+       Laplace step); mixed with the prior, as in 2. Up to
+       :data:`MCMC_ROUNDS` rounds, each starting from the best particles so far.
+
+    The attempt with the best weights is returned (reliable first, then the
+    largest ESS); when even that one is not reliable a ``UserWarning`` says so.
+
+    Parameters
+    ----------
+    model : PopulationPosterior
+        The fitted population.
+    prepared : PreparedRun
+        The run, normalised.
+    n_particles : int
+        Particles per proposal.
+    seed : int
+        Seed of the prior's components and of every proposal.
+
+    Returns
+    -------
+    Conditioning
+        Particles, PSIS-smoothed log weights, ESS, k-hat and the proposal used.
     """
     rng = np.random.default_rng(seed)
     config = model.model_config
-    prior = RunPrior(model, prepared, rng)
+    prior = RunPrior(_thinned(model, rng, PRIOR_COMPONENTS), prepared, rng, n_components=PRIOR_COMPONENTS)
     t, z, counts = bin_observations(prepared.t, prepared.z, config.forecast_bins)
 
     def log_lik(theta: np.ndarray) -> np.ndarray:
         # A declared reward range bounds where the curve can start and end.
         return np.where(in_support(config, theta, prepared.kind), log_likelihood(config, theta, t, z, counts), -np.inf)
 
-    theta = prior.sample(rng, n_particles)
-    log_w = log_lik(theta)
-    if _ess(log_w) >= 0.25 * n_particles:
-        return theta, log_w - logsumexp(log_w)
+    def log_post(theta: np.ndarray) -> np.ndarray:
+        return log_lik(theta) + prior.logpdf(theta)
 
-    weights = np.exp(log_w - logsumexp(log_w))
-    fallback = np.cov(theta.T, aweights=weights + 1e-300) + np.diag(np.full(len(PARAMS), 1e-4))
-    mode, cov = _laplace(lambda x: log_lik(x) + prior.logpdf(x), theta[np.argsort(log_w)[-2:]], fallback)
+    theta = prior.sample(rng, n_particles)
+    log_l = log_lik(theta)
+    attempts = [_smoothed(theta, log_l, "prior")]
+    if attempts[0].reliable and attempts[0].ess >= 0.25 * n_particles:
+        return attempts[0]
+
+    fallback = _weighted_cov(theta, attempts[0].log_weights) + np.diag(np.full(len(PARAMS), 1e-4))
+    mode, cov = _laplace(log_post, theta[np.argsort(log_l)[-2:]], fallback)
     for _ in range(2):
-        n_local = int(0.8 * n_particles)
-        local = _mvt_sample(rng, mode, cov, n_local)
-        theta = np.vstack([local, prior.sample(rng, n_particles - n_local)])
+        n_local = int((1 - DEFENSIVE_SHARE) * n_particles)
+        theta = np.vstack([_mvt_sample(rng, mode, cov, n_local), prior.sample(rng, n_particles - n_local)])
         log_prior = prior.logpdf(theta)
-        log_q = np.logaddexp(np.log(0.8) + _mvt_logpdf(theta, mode, cov), np.log(0.2) + log_prior)
-        log_w = log_prior + log_lik(theta) - log_q
-        if _ess(log_w) >= 0.1 * n_particles:
-            break
-        w = np.exp(log_w - logsumexp(log_w))
-        mode = w @ theta
-        cov = np.cov(theta.T, aweights=w + 1e-300) * 1.5 + np.diag(np.full(len(PARAMS), 1e-8))
-    return theta, log_w - logsumexp(log_w)
+        log_q = np.logaddexp(np.log1p(-DEFENSIVE_SHARE) + _mvt_logpdf(theta, mode, cov), np.log(DEFENSIVE_SHARE) + log_prior)
+        attempts.append(_smoothed(theta, log_prior + log_lik(theta) - log_q, "laplace"))
+        if attempts[-1].reliable:
+            return attempts[-1]
+        mode = np.exp(attempts[-1].log_weights) @ theta
+        cov = _weighted_cov(theta, attempts[-1].log_weights) * 1.5 + np.diag(np.full(len(PARAMS), 1e-8))
+
+    for _ in range(MCMC_ROUNDS):
+        attempts.append(_mcmc_mixture(rng, prior, log_lik, log_post, max(attempts, key=_quality), n_particles))
+        if attempts[-1].reliable:
+            return attempts[-1]
+    best = max(attempts, key=_quality)
+    if not best.reliable:
+        warnings.warn(
+            f"forecast of run {prepared.run_id!r}: the importance weights stay poor after every proposal "
+            f"(ESS {best.ess:.0f} of {n_particles} particles, Pareto k-hat {best.pareto_k:.2f}, "
+            f"proposal {best.proposal!r}); its intervals may be too narrow",
+            UserWarning,
+            stacklevel=3,
+        )
+    return best
+
+
+def _quality(attempt: Conditioning) -> tuple[bool, float, float]:
+    """Order of preference between attempts: reliable first, then k-hat at most the limit, then the larger ESS."""
+    return attempt.reliable, attempt.pareto_k <= PARETO_K_MAX, attempt.ess
+
+
+def _weighted_cov(theta: np.ndarray, log_weights: np.ndarray) -> np.ndarray:
+    """Covariance of the rows of ``theta`` under normalised log weights (no small-sample correction)."""
+    weights = np.exp(log_weights)
+    centred = theta - weights @ theta
+    return (centred * weights[:, None]).T @ centred
+
+
+def _mcmc_mixture(
+    rng: np.random.Generator,
+    prior: RunPrior,
+    log_lik: Callable[[np.ndarray], np.ndarray],
+    log_post: Callable[[np.ndarray], np.ndarray],
+    start: Conditioning,
+    n_particles: int,
+) -> Conditioning:
+    """Particles from a mixture of t kernels placed by a short Metropolis run on the log posterior (step 3 of :func:`condition`)."""
+    dim = len(PARAMS)
+    jitter = np.diag(np.full(dim, 1e-8))
+    chains = start.theta[_systematic_resample(np.exp(start.log_weights), MCMC_CHAINS, rng)]
+    step_cov = _weighted_cov(start.theta, start.log_weights) + np.diag(np.full(dim, 1e-6))
+    current = log_post(chains)
+    for phase in range(2):
+        chol = np.linalg.cholesky(step_cov * 2.38**2 / dim + jitter)
+        for _ in range(MCMC_STEPS // 2):
+            proposed = chains + rng.standard_normal(chains.shape) @ chol.T
+            proposed_lp = log_post(proposed)
+            accept = np.log(rng.random(MCMC_CHAINS)) < proposed_lp - current
+            chains[accept], current[accept] = proposed[accept], proposed_lp[accept]
+        step_cov = np.cov(chains.T) + jitter  # adapted to the chains for the second half
+    centres = chains[rng.choice(MCMC_CHAINS, size=MIXTURE_KERNELS, replace=False)]
+    kernel_cov = step_cov * KERNEL_BANDWIDTH**2
+    n_local = int((1 - DEFENSIVE_SHARE) * n_particles)
+    local = centres[rng.integers(0, MIXTURE_KERNELS, n_local)] + _mvt_sample(rng, np.zeros(dim), kernel_cov, n_local)
+    theta = np.vstack([local, prior.sample(rng, n_particles - n_local)])
+    log_prior = prior.logpdf(theta)
+    log_q = np.logaddexp(np.log1p(-DEFENSIVE_SHARE) + _mvt_mixture_logpdf(theta, centres, kernel_cov), np.log(DEFENSIVE_SHARE) + log_prior)
+    return _smoothed(theta, log_prior + log_lik(theta) - log_q, "mcmc")
 
 
 _T_DF = 5.0
@@ -342,6 +650,17 @@ def _mvt_logpdf(x: np.ndarray, mode: np.ndarray, cov: np.ndarray) -> np.ndarray:
     )
 
 
+def _mvt_mixture_logpdf(x: np.ndarray, centres: np.ndarray, cov: np.ndarray) -> np.ndarray:
+    """Log density of an equal-weight mixture of multivariate t kernels sharing ``cov``, one per row of ``centres``."""
+    chol = np.linalg.cholesky(cov)
+    x_w = np.linalg.solve(chol, x.T)  # whitened points (dim, n)
+    c_w = np.linalg.solve(chol, centres.T)  # whitened centres (dim, m)
+    maha = np.clip(np.sum(x_w**2, axis=0)[:, None] + np.sum(c_w**2, axis=0)[None] - 2.0 * x_w.T @ c_w, 0.0, None)
+    dim = centres.shape[1]
+    log_norm = gammaln((_T_DF + dim) / 2) - gammaln(_T_DF / 2) - 0.5 * dim * np.log(_T_DF * np.pi) - np.sum(np.log(np.diag(chol)))
+    return log_norm + logsumexp(-(_T_DF + dim) / 2 * np.log1p(maha / _T_DF), axis=1) - np.log(centres.shape[0])
+
+
 def forecast(
     model: PopulationPosterior,
     run: RunLog | None = None,
@@ -385,9 +704,17 @@ def forecast(
         When ``total_steps`` is unknown or smaller than the last logged step, or a run not yet
         started lacks ``initial_reward``/``reward_range``.
 
+    Warns
+    -----
+    UserWarning
+        When the importance weights stay unreliable after every proposal of :func:`condition`
+        (Pareto k-hat above 0.7 or ESS below 10% of the particles); ``Forecast.ess`` and
+        ``Forecast.pareto_k`` always say how good they are.
+
     Example
     -------
     >>> fc = forecast(bg.default_model(), run.head(100), total_steps=400)  # doctest: +SKIP
+    >>> fc.final.interval(0.9), fc.pareto_k, fc.regimes["take_off_ahead"]  # doctest: +SKIP
     """
     if run is None and (total_steps is None or initial_reward is None):
         raise ModelError("forecasting a run not yet started needs total_steps= and initial_reward= (and reward_range=)")
@@ -399,10 +726,10 @@ def forecast(
         initial_reward=initial_reward,
         reward_range=reward_range,
     )
-    theta, log_w = condition(model, prepared, seed=seed)
+    conditioned = condition(model, prepared, seed=seed)
     rng = np.random.default_rng(seed + 1)
-    picks = _systematic_resample(np.exp(log_w), n_draws, rng)
-    sample = theta[picks]
+    picks = _systematic_resample(np.exp(conditioned.log_weights), n_draws, rng)
+    sample = conditioned.theta[picks]
     config = model.model_config
     p = natural(dict(zip(PARAMS, sample.T)))
     r0, gain, tau, beta = p["r0"], p["gain"], p["tau"], p["beta"]
@@ -429,8 +756,11 @@ def forecast(
         plateau_step=np.clip(plateau_t * total, 0, None),
         current=prepared.to_reward(np.asarray(current).ravel()),
         prepared=prepared,
-        ess=float(1.0 / np.sum(np.exp(2 * log_w))),
+        ess=conditioned.ess,
+        pareto_k=conditioned.pareto_k,
+        proposal=conditioned.proposal,
         noise_floor=config.noise_floor,
+        seed=seed,
     )
 
 

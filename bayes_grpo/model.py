@@ -45,7 +45,7 @@ from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE
 from bayes_grpo.stopping import RelativeTo, StopDecision, stop_decision, stop_probability
 
 #: Version of the model-file layout; :func:`load_model` refuses files of another version.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 #: Root attribute that marks a NetCDF file as a bayes_grpo model.
 FORMAT_ATTR = "bayes_grpo_model_format"
 DEFAULT_MODEL_PATH = Path(__file__).resolve().parent / "assets" / "default_model.nc"
@@ -133,6 +133,11 @@ class FittedModel:
         return [str(f) for f in self.population["family"].values]
 
     @property
+    def sources(self) -> list[str]:
+        """The sources (repository / recipe / task) the population has seen; a run from another gets their spread."""
+        return [str(s) for s in self.population["source"].values] if "source" in self.population.coords else []
+
+    @property
     def config(self) -> dict[str, Any]:
         """Flat read-only view of the settings and provenance (model, sampler, size centres, runs)."""
         model = {k: v for k, v in self.model_config.to_dict().items() if k != "priors"}
@@ -179,7 +184,7 @@ class FittedModel:
         run: RunLog,
         total_steps: int | None = None,
         tolerance: float = STOP_TOLERANCE,
-        relative_to: RelativeTo = "range",
+        relative_to: RelativeTo = "spread",
         **kwargs: Any,
     ) -> float:
         """Posterior probability that less than ``tolerance * scale`` reward remains to gain by ``total_steps``.
@@ -192,7 +197,7 @@ class FittedModel:
             Planned length (default: the run's metadata).
         tolerance : float
             Fraction of the reward scale (0.01).
-        relative_to : {"range", "gain"}
+        relative_to : {"spread", "range", "gain"}
             What the scale is (see :mod:`bayes_grpo.stopping`).
         **kwargs
             Passed to :meth:`forecast`.
@@ -219,7 +224,7 @@ class FittedModel:
         total_steps: int | None = None,
         threshold: float = STOP_THRESHOLD,
         tolerance: float = STOP_TOLERANCE,
-        relative_to: RelativeTo = "range",
+        relative_to: RelativeTo = "spread",
         value_per_reward: float | None = None,
         cost_per_step: float | None = None,
         **kwargs: Any,
@@ -409,6 +414,7 @@ def default_model() -> FittedModel:
 def fit(
     runs: RunSet | Iterable[RunLog],
     *,
+    sources: Mapping[str, str] | None = None,
     model_config: ModelConfig | Mapping[str, Any] | None = None,
     sampler_config: SamplerConfig | Mapping[str, Any] | None = None,
     form: str | None = None,
@@ -428,6 +434,9 @@ def fit(
     runs : RunSet or iterable of RunLog
         Training runs (finished or not; a run without planned total steps is normalised by
         its last logged step).
+    sources : mapping, optional
+        ``run_id -> source`` (repository / recipe / task) for runs whose metadata has no
+        ``source_repo`` (:func:`bayes_grpo.prepare.run_source`); runs of one source share a level.
     model_config : ModelConfig or dict, optional
         Model settings, or a dict of overrides of the defaults (see :class:`ModelConfig`).
     sampler_config : SamplerConfig or dict, optional
@@ -467,7 +476,8 @@ def fit(
     sconfig = merge(merge(SamplerConfig(), sampler_config), shortcuts_sampler or None)
     sconfig = merge(sconfig, {"sampler": _pick_sampler(sconfig.sampler)})
     runs = list(runs)
-    prepared = [prepare_run(run, require_total=False) for run in runs]
+    sources = dict(sources or {})
+    prepared = [prepare_run(run, source=sources.get(run.run_id), require_total=False) for run in runs]
     if not prepared:
         raise ModelError("fit needs at least one run")
     centres = size_centres(prepared)

@@ -5,16 +5,19 @@ The model works on *normalised progress* ``t = step / total_steps`` and on a
 
 * when the run declares its reward range ``(lo, hi)``: ``loc = lo`` and
   ``unit = hi - lo`` ("range" scale: z is the fraction of the attainable range);
-* otherwise the normalisation is learned from the run's own logged steps:
-  ``loc`` is the median of the first few rewards and ``unit`` the 10-90% spread
-  of the rewards so far, floored by twice the per-step noise ("learned" scale).
-  A training run is normalised on all its steps, a run in progress on the steps
-  it has: the unit is then smaller early on, which measured better than a unit
-  fixed to the first quarter of the run (it keeps forecasts of runs that have
-  barely moved close to their current level).
+* otherwise the normalisation is learned from the run's first logged steps
+  ("learned" scale): ``loc`` is the median of the first few rewards and
+  ``unit`` the 10-90% spread of the rewards over the first
+  :data:`UNIT_FRACTION` of the planned steps, floored at twice their per-step
+  noise (:func:`learned_unit`).
 
-Both are computed only from the steps a run has logged so far, so a run in
-progress is normalised exactly as it will be at forecast time.
+The unit must be the same when the population is fitted (on whole runs) and
+when a run in progress is forecast (on its head), or an ordinary take-off seen
+from a flat head becomes a many-sigma event. The first fifth of a run is known
+to both: a finished run and any head that reaches 20% of the planned steps get
+the identical unit (a shorter head gets the unit of what it has). Version 2
+used the spread of all the rewards, which the fit saw for whole runs and a
+forecast only for the head.
 """
 
 from __future__ import annotations
@@ -28,6 +31,12 @@ from bayes_grpo.logs import RunLog
 from bayes_grpo.measures import reward_spread
 
 SCALE_KINDS: tuple[str, ...] = ("range", "learned")
+#: The learned unit is the per-step noise of the rewards logged in this first fraction of the planned steps.
+UNIT_FRACTION = 0.2
+#: ... and of at least this many first logged rewards (fewer when the run has fewer).
+UNIT_MIN_POINTS = 10
+#: Source of a run whose log names none (see :func:`run_source`).
+UNKNOWN_SOURCE = "(unknown source)"
 # Initial reward (fraction of the range) that the population effects are centred on.
 INITIAL_REWARD_CENTRE = 0.3
 
@@ -38,9 +47,11 @@ class PreparedRun:
 
     run_id: str
     family: str | None
+    source: str
     log10_size: float  # log10(params in billions); NaN when the size is unknown
     kind: str
     initial_cov: float
+    rise_cov: float
     loc: float
     unit: float
     total_steps: int
@@ -91,19 +102,48 @@ def start_level(p: PreparedRun) -> float:
     return early_level(p.z)
 
 
-def spread_scale(rewards: np.ndarray) -> float:
-    """Learned reward unit of a run without a declared range: its 10-90% reward spread so far
-    (:func:`bayes_grpo.measures.reward_spread`).
+def learned_unit(steps: np.ndarray, rewards: np.ndarray, total_steps: int) -> float:
+    """Reward unit of a run without a declared range, from its first rewards only.
 
-    Floored at twice the per-step noise so that a run that has not moved yet
-    gets a unit set by its noise. Unlike the noise alone, this unit grows with
-    the rise a run has shown, so the population's "gain in units" stays on a
-    comparable footing for runs whose noise changes as the reward climbs.
+    The 10-90% spread of the rewards logged up to :data:`UNIT_FRACTION` of
+    ``total_steps`` (at least the first :data:`UNIT_MIN_POINTS`), floored at
+    twice their per-step noise, so a whole run and a head of it that reaches
+    that fraction get the same unit. The spread keeps the unit comparable across
+    logs whose per-step noise differs tenfold (averaged or smoothed logs); the
+    noise floor gives a head that has not moved a unit set by its noise.
     """
-    y = np.asarray(rewards, dtype=float)
-    if y.size == 0:
-        return 1e-3
-    return max(reward_spread(y), 2.0 * noise_scale(y))
+    head = unit_head(steps, rewards, total_steps)
+    return max(reward_spread(head), 2.0 * noise_scale(head))
+
+
+def unit_head(steps: np.ndarray, rewards: np.ndarray, total_steps: int) -> np.ndarray:
+    """The first rewards that set a learned unit: those up to :data:`UNIT_FRACTION` of the planned steps (at least :data:`UNIT_MIN_POINTS`)."""
+    steps = np.asarray(steps, dtype=float)
+    n = max(int(np.searchsorted(steps, UNIT_FRACTION * total_steps, side="right")), UNIT_MIN_POINTS)
+    return np.asarray(rewards, dtype=float)[:n]
+
+
+def early_rise(steps: np.ndarray, rewards: np.ndarray, total_steps: int) -> float:
+    """How far a run moved in its first :data:`UNIT_FRACTION`: log of its spread over twice its noise there (0: not yet).
+
+    Known at fit and at forecast time alike, it tells a run that has already
+    risen (its remaining gain, in its unit, is small) from one still flat (a
+    take-off may be ahead, and large in its unit).
+    """
+    head = unit_head(steps, rewards, total_steps)
+    if head.size < 3:
+        return 0.0
+    return float(np.log(max(reward_spread(head), 2.0 * noise_scale(head)) / (2.0 * noise_scale(head))))
+
+
+def run_source(run: RunLog | None) -> str:
+    """The source (repository / recipe / task) a run comes from: its ``source_repo`` metadata, else unknown.
+
+    Runs from one source share task, reward scale and recipe; the population
+    model gives sources their own level so a new source gets the spread between them.
+    """
+    extra = (run.meta.extra or {}) if run is not None else {}
+    return str(extra.get("source_repo") or UNKNOWN_SOURCE)
 
 
 def prepare_run(
@@ -114,11 +154,12 @@ def prepare_run(
     params_b: float | None = None,
     initial_reward: float | None = None,
     reward_range: tuple[float, float] | None = None,
+    source: str | None = None,
     require_total: bool = True,
 ) -> PreparedRun:
     """Normalise a run (or describe a run not yet started when ``run`` is None).
 
-    Keyword arguments override the run's metadata. ``total_steps`` falls back to
+    Keyword arguments override the run's metadata (``source`` overrides :func:`run_source`). ``total_steps`` falls back to
     the run's planned steps, then (only when ``require_total`` is False, as for
     finished training runs) to its last logged step.
     """
@@ -158,7 +199,7 @@ def prepare_run(
                 f"run {run_id!r}: a run with no logged steps needs reward_range=(min, max) to put the forecast on a reward scale"
             )
         kind = "learned"
-        loc, unit = early_level(rewards), spread_scale(rewards)
+        loc, unit = early_level(rewards), learned_unit(steps, rewards, total)
 
     initial_z = None if initial_reward is None else (float(initial_reward) - loc) / unit
     if kind == "range":
@@ -170,9 +211,11 @@ def prepare_run(
     return PreparedRun(
         run_id=run_id,
         family=family.lower() if isinstance(family, str) else None,
+        source=source if source is not None else run_source(run),
         log10_size=log10_size,
         kind=kind,
         initial_cov=initial_cov,
+        rise_cov=early_rise(steps, rewards, total) if rewards.size else 0.0,
         loc=loc,
         unit=unit,
         total_steps=total,

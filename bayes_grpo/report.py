@@ -36,6 +36,7 @@ from bayes_grpo.prepare import prepare_run
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from bayes_grpo.forecast import Forecast
     from bayes_grpo.model import FittedModel
 
 FORECAST_FRACTIONS = (0.2, 0.3, 0.5)
@@ -119,22 +120,77 @@ def data_figure(runs: Sequence[RunLog]) -> Figure:
     return fig
 
 
+def forecast_cuts(
+    model: FittedModel, runs: Sequence[RunLog], fractions: Sequence[float] = FORECAST_FRACTIONS, progress: bool = True
+) -> list[tuple[RunLog, float, RunLog, Forecast]]:
+    """Each run cut at each of ``fractions`` of its planned steps (:func:`bayes_grpo.measures.cut`) and forecast to its end.
+
+    Returns
+    -------
+    list of (run, fraction, head, forecast)
+        Run by run, fractions in order.
+    """
+    jobs = [(run, frac) for run in runs for frac in fractions]
+    cuts = []
+    for run, frac in tqdm(jobs, desc="forecasts", disable=not progress, leave=False):
+        head = cut(run, frac)
+        cuts.append((run, frac, head, model.forecast(head, total_steps=horizon(run))))
+    return cuts
+
+
 def forecast_figure(model: FittedModel, runs: Sequence[RunLog], fractions: Sequence[float] = FORECAST_FRACTIONS, progress: bool = True) -> Figure:
-    """Fan charts: each run forecast from ``fractions`` of its planned steps (:func:`bayes_grpo.measures.cut`), the full run overlaid."""
+    """Fan charts: each run forecast from ``fractions`` of its planned steps (:func:`forecast_cuts`), the full run overlaid."""
+    return _fan_charts(forecast_cuts(model, runs, fractions, progress), len(fractions))
+
+
+def _fan_charts(cuts: Sequence[tuple[RunLog, float, RunLog, Forecast]], n_fractions: int) -> Figure:
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(runs), len(fractions), figsize=(4.2 * len(fractions), 2.8 * len(runs)), squeeze=False)
-    jobs = [(i, j, run, frac) for i, run in enumerate(runs) for j, frac in enumerate(fractions)]
-    for i, j, run, frac in tqdm(jobs, desc="forecasts", disable=not progress, leave=False):
-        head = cut(run, frac)
-        model.forecast(head, total_steps=horizon(run)).plot(ax=axes[i, j], truth=run)
-        axes[i, j].set_title(f"{run.run_id}\nfrom {frac:.0%} (step {head.last_step})", fontsize=8)
+    n_runs = len(cuts) // n_fractions
+    fig, axes = plt.subplots(n_runs, n_fractions, figsize=(4.2 * n_fractions, 2.8 * n_runs), squeeze=False)
+    for k, (run, frac, head, fc) in enumerate(cuts):
+        i, j = divmod(k, n_fractions)
+        fc.plot(ax=axes[i, j], truth=run)
+        axes[i, j].set_title(f"{run.run_id}\nfrom {frac:.0%} (step {head.last_step}), P(take-off ahead) {fc.regimes['take_off_ahead']:.2f}", fontsize=8)
         if i or j:
             axes[i, j].set_ylabel("")
         else:
             axes[i, j].legend(fontsize=6, loc="lower right")
     fig.tight_layout()
     return fig
+
+
+def forecast_table(cuts: Sequence[tuple[RunLog, float, RunLog, Forecast]]) -> pd.DataFrame:
+    """One row per forecast of :func:`forecast_cuts`: its final reward against the truth, regime weights and sampler health.
+
+    Columns: ``run, from, step``, ``final mean``, ``final q05`` / ``q95``
+    (:attr:`Forecast.final`), ``truth`` (:func:`bayes_grpo.measures.final_reward`
+    of the whole run), ``P(take-off ahead)``, ``P(plateau)``, ``P(decline)``
+    (:attr:`Forecast.regimes`), ``ESS`` and ``Pareto k`` (above 0.7: unreliable weights).
+    """
+    rows = []
+    for run, frac, head, fc in cuts:
+        lo, hi = fc.final.interval(0.9)
+        regimes = fc.regimes
+        rows.append({
+            "run": run.run_id, "from": f"{frac:.0%}", "step": head.last_step, "final mean": fc.final.mean, "final q05": lo,
+            "final q95": hi, "truth": final_reward(run.rewards), "P(take-off ahead)": regimes["take_off_ahead"],
+            "P(plateau)": regimes["plateau"], "P(decline)": regimes["decline"], "ESS": fc.ess, "Pareto k": fc.pareto_k,
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _forecast_section(model: FittedModel, shown: Sequence[RunLog], progress: bool) -> list[str]:
+    cuts = forecast_cuts(model, shown, FORECAST_FRACTIONS, progress)
+    return [
+        "<p>Each row is one run forecast from part of its log (black), with the rest of the run (grey) "
+        "for comparison; bands are 50% and 90% credible intervals of the mean reward.</p>",
+        _img(_fan_charts(cuts, len(FORECAST_FRACTIONS)), "forecast fan charts"),
+        "<p>Final reward (mean logged reward over the last 10% of the steps, noise included) against the truth; "
+        "posterior weights of the regimes: take-off still ahead, plateau, decline after the best level so far; "
+        "and the importance sampler's health (ESS of 3,000 particles; Pareto k above 0.7 means unreliable weights).</p>",
+        _table(forecast_table(cuts), index=False),
+    ]
 
 
 def stop_curve(model: FittedModel, run: RunLog, n_points: int = 12) -> pd.DataFrame:
@@ -498,11 +554,7 @@ def write_report(
         ("ppc", "Posterior predictive checks", lambda: _ppc_section(model, shown)),
         ("loo", "LOO comparison of curve forms", lambda: _loo_section(model, comparison, quick)),
         ("effects", "Population effects", lambda: _effects_section(model)),
-        ("forecasts", "Forecasts from 20%, 30% and 50% of the steps", lambda: [
-            "<p>Each row is one run forecast from part of its log (black), with the rest of the run (grey) "
-            "for comparison; bands are 50% and 90% credible intervals of the mean reward.</p>",
-            _img(forecast_figure(model, shown, progress=progress), "forecast fan charts"),
-        ]),
+        ("forecasts", "Forecasts from 20%, 30% and 50% of the steps", lambda: _forecast_section(model, shown, progress)),
         ("stopping", "Stop probability across training", lambda: _stop_section(model, shown, progress)),
         ("benchmarks", "Benchmarks", lambda: _results_section(results)),
     ]

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 #: Stop when P(plateau) reaches this (threshold mode of the stopping rule).
-STOP_THRESHOLD = 0.9
+STOP_THRESHOLD = 0.95
 #: Remaining gain below this fraction of the reward scale counts as "plateaued".
 STOP_TOLERANCE = 0.01
 #: Final reward = mean reward over this trailing fraction of a run's logged steps.

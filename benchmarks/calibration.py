@@ -8,8 +8,8 @@ source is on both sides (``bayes_grpo.calibration.cross_validate``). Scores use
 the same cuts, and LC-PFN too when its per-run scores are given (``--lcpfn``,
 written by ``benchmarks/lcpfn_baseline.py evaluate --csv``).
 
-Writes to ``benchmarks/results/``: ``calibration.md`` (tables, fold health,
-targets, the command), ``calibration.csv`` (summaries), ``calibration_runs.csv``
+Writes to ``benchmarks/results/``: ``calibration.md`` (tables, forecast health:
+ESS, Pareto k-hat, proposals and regime weights; fold health, targets, the command), ``calibration.csv`` (summaries), ``calibration_runs.csv``
 (one row per run and fraction), ``calibration_folds.csv`` and ``calibration.png``.
 
     python benchmarks/calibration.py                                   # 5 folds, package sampler defaults
@@ -30,7 +30,7 @@ from common import RESULTS, add_engine_args, add_run_args, fit_options, markdown
 from bayes_grpo import calibration
 
 COLUMNS = ["fraction", "runs", "error", "persistence", "paper_law", "ratio_to_persistence", "coverage_90", "coverage_50",
-           "above_q95", "below_q05", "width_90_median", "quantile_score", "change_after_cut"]  # fmt: skip
+           "above_q95", "below_q05", "width_90_median", "quantile_score", "change_after_cut", "ess_median", "pareto_k_above_0.7"]  # fmt: skip
 
 
 def targets(real: pd.DataFrame) -> list[str]:
@@ -122,6 +122,13 @@ def main() -> None:
             parts.append("LC-PFN: no per-run scores found (run `python benchmarks/lcpfn_baseline.py evaluate --csv benchmarks/results/lcpfn_runs.csv`).\n\n")
     for title, table in tables.items():
         parts += [f"## {title[0].upper() + title[1:]}\n\n", markdown(table[COLUMNS]), "\n"]
+    parts += [
+        "## Forecast health (importance sampling, regimes)\n\n",
+        "Per observed fraction, all scored forecasts: ESS of the Pareto-smoothed weights (3,000 particles), Pareto k-hat "
+        "(above 0.7: unreliable), which proposal the weights came from (`bayes_grpo.forecast.condition`), and the mean "
+        "posterior weight of each regime (`Forecast.regimes`).\n\n",
+        markdown(calibration.health_table(cv.scores)), "\n",
+    ]  # fmt: skip
     parts += ["## Fold fits (sampler health)\n\n", markdown(cv.folds), "\n"]
     text = "".join(parts)
     (args.out / "calibration.md").write_text(text)

@@ -12,9 +12,9 @@ from bayes_grpo.calibration import load_evaluation_runs
 from bayes_grpo.settings import shared_runs_dir
 
 
-def _run(rewards: np.ndarray, steps: np.ndarray | None = None) -> bg.RunLog:
+def _run(rewards: np.ndarray, steps: np.ndarray | None = None, run_id: str = "synthetic") -> bg.RunLog:
     steps = np.arange(1, len(rewards) + 1) if steps is None else steps
-    return bg.read_log(pd.DataFrame({"step": steps, "reward": rewards}), run_id="synthetic", family="qwen", params_b=0.5)
+    return bg.read_log(pd.DataFrame({"step": steps, "reward": rewards}), run_id=run_id, family="qwen", params_b=0.5)
 
 
 RISE_THEN_FLAT = np.r_[np.linspace(0.0, 1.0, 50), np.ones(50)]
@@ -62,6 +62,40 @@ def test_baselines_fixed_patience_optuna_and_oracle() -> None:
     first = int(tr.indices[np.argmax(oracle)])
     assert measures.regret(run.steps, run.rewards, int(run.steps[first])) <= backtest.ORACLE_REGRET
     assert all(measures.regret(run.steps, run.rewards, int(run.steps[i])) > backtest.ORACLE_REGRET for i in tr.indices[: np.argmax(oracle)])
+
+
+def test_paper_epoch_baseline_uses_the_declared_epoch_else_the_planned_run() -> None:
+    run = _run(RISE_THEN_FLAT)  # no steps_per_epoch: the run is taken as one epoch
+    tr = _trace(run)
+    assert np.array_equal(backtest.epoch_fraction(0.8)(tr), backtest.fixed_fraction(0.8)(tr))
+    declared = _trace(run.with_meta(steps_per_epoch=50))  # two epochs logged: stop at 40 of 100 steps
+    stops = backtest.epoch_fraction(0.8)(declared)
+    assert declared.fractions[np.argmax(stops)] == pytest.approx(0.4) and stops.sum() == np.sum(declared.fractions >= 0.4 - 1e-9)
+    assert not backtest.epoch_fraction(0.8)(_trace(run.with_meta(steps_per_epoch=400))).any()  # the epoch outlasts the log
+    assert "paper: 80% of an epoch" in backtest.baseline_rules()
+
+
+def test_fold_cache_key_follows_runs_settings_and_seed_not_run_order() -> None:
+    a, b = _run(RISE_THEN_FLAT), _run(RISE_THEN_FLAT[::-1], run_id="other")
+    key = backtest.fold_cache_key([a, b], {}, 0)
+    assert key == backtest.fold_cache_key([b, a], {}, 0) and len(key) == 64
+    assert key != backtest.fold_cache_key([a], {}, 0)
+    assert key != backtest.fold_cache_key([a, b], {"draws": 50}, 0)
+    assert key != backtest.fold_cache_key([a, b], {}, 1)
+    assert key != backtest.fold_cache_key([a, _run(RISE_THEN_FLAT[::-1] + 0.01, run_id="other")], {}, 0)
+
+
+def test_a_cached_fold_fit_is_read_back_instead_of_refitted(tmp_path, request) -> None:
+    train = [_run(RISE_THEN_FLAT)]
+    try:
+        shipped = bg.default_model()
+    except bg.ModelError:  # the shipped file is being refitted: a short real fit stands in
+        shipped = request.getfixturevalue("quick_model")
+    shipped.save(tmp_path / f"fold-{backtest.fold_cache_key(train, {}, 3)}.nc", full=False)
+    model, from_cache = backtest.cached_fit_fold(train, {}, 3, tmp_path)  # a fit of one 100-step run would not match the shipped posterior
+    assert from_cache
+    run = _run(RISE_THEN_FLAT).head(40).with_meta(total_steps=100)
+    assert np.allclose(model.forecast(run, n_draws=50).draws, shipped.forecast(run, n_draws=50).draws)
 
 
 def test_results_count_stops_regret_and_flips() -> None:

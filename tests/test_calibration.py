@@ -119,8 +119,14 @@ def test_scores_of_a_real_forecast_follow_the_definitions(quick_model, few_runs)
     expected = measures.quantile_score(truth, dict(zip((0.05, 0.25, 0.5, 0.75, 0.95), quantiles)), spread)
     assert row["quantile_score"] == pytest.approx(expected)
     assert row == calibration.evaluate_run(quick_model, run, 0.3, seed=1)  # seeded
+    # Both quantities come from the same forecast: its window reward on the real window, and its final window.
+    fc = quick_model.forecast(head, total_steps=measures.horizon(run), seed=1)
+    window = run.steps[-measures.final_window_size(len(run)) :]
+    assert row["forecast_mean"] == pytest.approx(fc.window_reward(window).mean)
     final = calibration.evaluate_run(quick_model, run, 0.3, seed=1, quantity="final")
-    assert final["truth"] == row["truth"] and final["forecast_mean"] != row["forecast_mean"]
+    assert final["truth"] == row["truth"] and final["forecast_mean"] == pytest.approx(fc.final.mean)
+    assert row["ess"] == fc.ess and row["pareto_k"] == fc.pareto_k and row["proposal"] == fc.proposal
+    assert sum(row[f"p_{name}"] for name in ("take_off_ahead", "plateau", "decline")) == pytest.approx(1.0)
     with pytest.raises(BayesGrpoError, match="quantity"):
         calibration.evaluate_run(quick_model, run, 0.3, quantity="median")  # type: ignore[arg-type]
     # A run logged for only part of its plan: from 50% of the plan, the head already holds the final window.
@@ -136,6 +142,11 @@ def test_summaries_by_fraction_set_and_hardest_third(quick_model, few_runs) -> N
     assert list(table["fraction"]) == [0.2, 0.5] and table["runs"].sum() == len(scores)
     assert table["coverage_90"].between(0, 1).all() and (table["coverage_50"] <= table["coverage_90"]).all()
     assert np.allclose(table["ratio_to_persistence"], table["error"] / table["persistence"])
+    assert table["pareto_k_above_0.7"].between(0, 1).all() and (table["ess_median"] > 0).all()
+    health = calibration.health_table(scores)
+    assert list(health["forecasts"]) == list(table["runs"]) and (health["ess_p10"] <= health["ess_median"]).all()
+    assert np.allclose(health[["from_prior", "from_laplace", "from_mcmc"]].sum(axis=1), 1.0)
+    assert np.allclose(health[["p_take_off_ahead", "p_plateau", "p_decline"]].sum(axis=1), 1.0)
     hard = calibration.hardest(scores)
     assert 0 < len(hard) < len(scores)
     for fraction, part in scores.groupby("fraction"):

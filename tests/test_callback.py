@@ -18,7 +18,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, TrainerControl, TrainerS
 from trl import GRPOConfig, GRPOTrainer
 
 import bayes_grpo as bg
-from bayes_grpo.callback import BEST_STEP_KEY, FINAL_KEYS, GAIN_KEY, PROBABILITY_KEY, PlateauStoppingCallback
+from bayes_grpo.callback import BEST_STEP_KEY, FINAL_KEYS, GAIN_KEY, PARETO_K_KEY, PROBABILITY_KEY, TAKE_OFF_KEY, PlateauStoppingCallback
 from bayes_grpo.errors import BayesGrpoError
 
 _spec = importlib.util.spec_from_file_location("make_trl_fixture", Path(__file__).parent / "fixtures" / "make_trl_fixture.py")
@@ -99,10 +99,11 @@ def test_stops_a_plateaued_run_early_and_logs_its_keys(tmp_path: Path) -> None:
     assert callback.stopped_at is not None and trainer.state.global_step < MAX_STEPS
     assert callback.family == "llama" and 0 < callback.params_b < 1e-3
     logged = [e for e in trainer.state.log_history if PROBABILITY_KEY in e]
-    assert logged and all({GAIN_KEY, BEST_STEP_KEY, *FINAL_KEYS} <= set(e) for e in logged)
+    assert logged and all({GAIN_KEY, BEST_STEP_KEY, TAKE_OFF_KEY, PARETO_K_KEY, *FINAL_KEYS} <= set(e) for e in logged)
     assert logged[-1][PROBABILITY_KEY] >= 0.75
     for entry in logged:
         assert 1 <= entry[BEST_STEP_KEY] <= entry["step"]
+        assert 0.0 <= entry[TAKE_OFF_KEY] <= 1.0 and np.isfinite(entry[PARETO_K_KEY])
         assert entry["forecast/final_q05"] <= entry["forecast/final_q50"] <= entry["forecast/final_q95"]
     assert callback.best_checkpoint is None  # save_strategy="no": no checkpoint to name
 

@@ -178,3 +178,46 @@ def test_card_grid_recipe_matches_sweep_and_generator() -> None:
     slice_ = [parser.parse_args(a) for a in sweep_argv()[72:80]]
     assert all((a.lr_schedule, a.beta, a.num_generations, a.prompts_per_step) != tuple(
         GRID_RECIPE[k] for k in ("lr_scheduler_type", "beta", "num_generations", "prompts_per_step")) for a in slice_)
+
+
+def test_batch_slice_design_and_card_classification() -> None:
+    import argparse
+
+    from bayes_grpo.experiments.card import BATCH_PROMPTS_PER_STEP, GRID_RECIPE, slice_of
+    from bayes_grpo.experiments.generate import add_arguments, run_id
+    from bayes_grpo.experiments.models import FAMILIES, SIZES
+    from bayes_grpo.experiments.sweep import NOISE_LEVELS, sweep_argv
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    parts = {name: [parser.parse_args(a) for a in sweep_argv(name)] for name in ("grid", "recipe", "batch")}
+    assert sorted(run_id(parser.parse_args(a)) for a in sweep_argv()) == sorted(
+        run_id(a) for runs in parts.values() for a in runs)
+    batch = parts["batch"]
+    assert len(batch) == len(FAMILIES) * len(SIZES) * (len(NOISE_LEVELS) + 1)
+    assert pd.Series([(a.family, a.size) for a in batch]).value_counts().eq(len(NOISE_LEVELS) + 1).all()
+    grid_seed0 = {run_id(a).removesuffix("-s0") for a in parts["grid"] if a.seed == 0}
+    assert {run_id(a).removesuffix(f"-p{BATCH_PROMPTS_PER_STEP}-s0") for a in batch if a.seed == 0} == grid_seed0
+
+    def meta(a: argparse.Namespace) -> dict:
+        return {"total_steps": a.max_steps, "hyperparameters": {
+            "lr_scheduler_type": a.lr_schedule, "beta": a.beta, "num_generations": a.num_generations,
+            "prompts_per_step": a.prompts_per_step}}
+
+    assert {name: {slice_of(meta(a)) for a in runs} for name, runs in parts.items()} == {
+        "grid": {"grid"}, "recipe": {"recipe"}, "batch": {"batch"}}
+    assert GRID_RECIPE["prompts_per_step"] != BATCH_PROMPTS_PER_STEP
+    with pytest.raises(ValueError, match="unknown sweep part"):
+        sweep_argv("pilot")
+
+
+def test_bundled_runs_are_the_whole_sweep() -> None:
+    import argparse
+
+    from bayes_grpo.experiments.generate import add_arguments, run_id
+    from bayes_grpo.experiments.sweep import sweep_argv
+
+    metas = _bundled()
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert sorted(m.name[: -len(".meta.json")] for m in metas) == sorted(run_id(parser.parse_args(a)) for a in sweep_argv())

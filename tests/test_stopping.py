@@ -18,6 +18,7 @@ from bayes_grpo.stopping import (
     MIN_STOP_FRACTION,
     below_best,
     decision_from_forecast,
+    fallen,
     probability_from_forecast,
     remaining_gain,
     reward_scale,
@@ -80,13 +81,16 @@ def test_a_clear_recent_rise_in_the_data_counts_as_remaining_gain() -> None:
     assert trend_gain(_forecast(saturated, FLAT_RUN, STEPS, np.full(3, 0.5))) == 0.0
 
 
-def test_scale_is_the_declared_range_else_the_observed_spread() -> None:
-    assert reward_scale(_rising(np.zeros(3))) == pytest.approx(1.0)
+def test_scale_is_the_logged_spread_or_the_declared_range() -> None:
+    declared = _rising(np.zeros(3))
+    assert reward_scale(declared, "range") == pytest.approx(1.0)
+    lo, hi = np.quantile(FLAT_RUN.rewards, [0.1, 0.9])
+    assert reward_scale(declared) == pytest.approx(hi - lo)  # the default: the regret's own scale, whatever the range
     rewards = np.linspace(2.0, 12.0, 101)[:40]
     run = _run(rewards)
     fc = _forecast(np.full((2, STEPS.size), 5.0), run, STEPS, np.full(2, 5.0))
     lo, hi = np.percentile(rewards, [5, 95])
-    assert reward_scale(fc) == pytest.approx(hi - lo)
+    assert reward_scale(fc, "range") == pytest.approx(hi - lo)
     with pytest.raises(ModelError):
         reward_scale(fc, "steps")  # type: ignore[arg-type]
 
@@ -110,7 +114,7 @@ def test_probability_is_monotone_in_tolerance(rise: list[float], tolerances: lis
 
 
 def test_threshold_decision_fields_and_explanation() -> None:
-    flat = decision_from_forecast(_rising(np.full(100, 0.001)), threshold=0.9, tolerance=0.01, min_fraction=0.0)
+    flat = decision_from_forecast(_rising(np.full(100, 0.0001)), threshold=0.9, tolerance=0.01, min_fraction=0.0)
     assert flat.should_stop and flat.probability == 1.0
     assert flat.step == 40 and flat.total_steps == 100 and flat.compute_saved == pytest.approx(0.6)
     assert flat.gain_interval[0] <= flat.expected_gain <= flat.gain_interval[1]
@@ -182,12 +186,12 @@ def test_model_stop_probability_monotone_in_tolerance_on_a_real_forecast() -> No
 
 
 def test_no_plateau_stop_before_the_minimum_fraction() -> None:
-    fc = _rising(np.full(100, 0.001))  # P(plateau) = 1, but only 40 of 100 steps logged
-    early = decision_from_forecast(fc)
+    fc = _rising(np.full(100, 0.0))  # P(plateau) = 1 at 40 of 100 steps logged
+    early = decision_from_forecast(fc, min_fraction=0.5)
     assert early.probability == 1.0 and not early.should_stop
     assert "not trusted yet" in early.explain() and early.explain().startswith("Keep training")
-    assert MIN_STOP_FRACTION > 0.4
-    assert decision_from_forecast(fc, min_fraction=0.4).should_stop
+    assert MIN_STOP_FRACTION <= 0.4
+    assert decision_from_forecast(fc).should_stop
     with pytest.raises(ModelError):
         decision_from_forecast(fc, min_fraction=1.5)
 
@@ -236,6 +240,17 @@ def test_a_run_that_fell_from_its_peak_stops_and_keeps_the_peak() -> None:
     assert decision.probability == 1.0 and below_best(fc) and decision.declining
     assert decision.should_stop and 180 <= decision.best_step <= 330
     assert f"peaked at step {decision.best_step}" in decision.explain() and "keep that checkpoint" in decision.explain()
+
+
+def test_a_run_that_fell_stops_even_when_its_forecast_rises_again() -> None:
+    run = _peaked_run(0)
+    recovering = _forecast(np.linspace(0.2, 0.7, 201)[None].repeat(3, axis=0), run, np.arange(600, 801), np.full(3, 0.2))
+    assert fallen(recovering)
+    decision = decision_from_forecast(recovering)
+    assert decision.probability == 0.0 and decision.should_stop and 180 <= decision.best_step <= 330
+    assert "fallen from its peak" in decision.explain()
+    assert not decision_from_forecast(recovering, min_fraction=0.8).should_stop  # 600 of 800 logged: too early
+    assert not fallen(_forecast(np.full((3, 61), 0.5), FLAT_RUN, STEPS, np.full(3, 0.5)))
 
 
 def test_a_run_in_a_dip_waits_for_it_to_recover_or_deepen() -> None:

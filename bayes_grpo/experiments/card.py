@@ -110,20 +110,52 @@ def _final(df: pd.DataFrame) -> float:
 
 
 GRID_RECIPE = {"lr_scheduler_type": "constant_with_warmup", "beta": 0.0, "num_generations": 4, "prompts_per_step": 2}
-"""Hyperparameters of the grid runs (``sweep.GRID_RECIPE``, 300 steps); other runs are the recipe slice."""
+"""Hyperparameters of the grid runs (``sweep.GRID_RECIPE``, 300 steps); other runs are the recipe and batch slices."""
+
+
+BATCH_PROMPTS_PER_STEP = 16
+"""Prompts per step of the batch slice (``sweep.BATCH_RECIPE``); its other hyperparameters are the grid's."""
 
 
 def is_grid(meta: dict) -> bool:
-    """True for a run of the family x size x level x seed grid, False for the recipe slice."""
+    """True for a run of the family x size x level x seed grid, False for the recipe and batch slices."""
     h = meta["hyperparameters"]
     return meta["total_steps"] == 300 and all(h[k] == v for k, v in GRID_RECIPE.items())
 
 
-def seed_spread(runs: list[tuple[dict, pd.DataFrame]]) -> pd.DataFrame:
-    """Per grid setting (family, size, task, noise, learning rate): initial and final reward across seeds, with their SDs."""
+def slice_of(meta: dict) -> str:
+    """Part of the sweep a run belongs to: ``"grid"``, ``"batch"`` (grid recipe at 16 prompts per step) or ``"recipe"``.
+
+    Example
+    -------
+    >>> h = {**GRID_RECIPE, "prompts_per_step": BATCH_PROMPTS_PER_STEP}
+    >>> slice_of({"total_steps": 300, "hyperparameters": h})
+    'batch'
+    """
+    if is_grid(meta):
+        return "grid"
+    h = meta["hyperparameters"]
+    grid_otherwise = meta["total_steps"] == 300 and all(h[k] == v for k, v in GRID_RECIPE.items() if k != "prompts_per_step")
+    return "batch" if grid_otherwise and h["prompts_per_step"] == BATCH_PROMPTS_PER_STEP else "recipe"
+
+
+def seed_spread(runs: list[tuple[dict, pd.DataFrame]], part: str = "grid") -> pd.DataFrame:
+    """Per setting (family, size, task, noise, learning rate) of one part of the sweep: initial and final reward across seeds, with their SDs.
+
+    Parameters
+    ----------
+    runs : list of (dict, pandas.DataFrame)
+        Output of :func:`load`.
+    part : {"grid", "recipe", "batch"}
+        Part of the sweep (:func:`slice_of`); settings with a single seed get SD NaN.
+
+    Returns
+    -------
+    pandas.DataFrame
+    """
     rows = []
     for m, d in runs:
-        if is_grid(m):
+        if slice_of(m) == part:
             rows.append({"family": m["family"], "size": m["size"], "task": m["task"], "noise": m["warmup"]["label_noise"],
                          "lr": m["hyperparameters"]["learning_rate"], "seed": m["seeds"]["run"],
                          "initial": m["initial_reward"], "final": _final(d)})
@@ -152,7 +184,8 @@ def card_markdown(runs_dir: Path, shared: Path | None) -> str:
     str
     """
     runs = load(runs_dir)
-    ours = shape_summary(folder_stats(runs_dir))
+    stats = folder_stats(runs_dir)
+    ours = shape_summary(stats)
     cols = [("bundled", ours)]
     if shared is not None:
         cols.append(("shared real runs", shape_summary(folder_stats(shared))))
@@ -163,8 +196,21 @@ def card_markdown(runs_dir: Path, shared: Path | None) -> str:
                      + " | ".join(_fmt(s[c]) for _, s in cols) + " |")
     for c in ("took_off", "declined"):
         lines.append(f"| {c.replace('_', ' ')} | " + " | ".join(f"{s[c]:.1%}" for _, s in cols) + " |")
+    slices = pd.Series({p.name[: -len(".meta.json")]: slice_of(json.loads(p.read_text()))
+                        for p in sorted(Path(runs_dir).glob("*.meta.json"))})
+    parts = [(name, shape_summary(stats.loc[slices.index[slices == name].intersection(stats.index)]))
+             for name in ("grid", "recipe", "batch") if (slices == name).any()]
+    lines += ["", "The same statistics per part of the sweep (grid: 2 prompts x 4 generations per step; recipe: "
+              "one recipe change each; batch: 16 prompts x 4 generations per step):", "",
+              "| statistic | " + " | ".join(f"{name} (n = {s['n']})" for name, s in parts) + " |",
+              "|---|" + "---|" * len(parts)]
+    for c in STATISTICS:
+        lines.append(f"| {c.replace('noise_rel', 'noise / spread')} (median, IQR) | "
+                     + " | ".join(_fmt(s[c]) for _, s in parts) + " |")
+    for c in ("took_off", "declined"):
+        lines.append(f"| {c.replace('_', ' ')} | " + " | ".join(f"{s[c]:.1%}" for _, s in parts) + " |")
     meta = pd.DataFrame([{"family": m["family"], "size": m["size"], "n_params": m["n_params"], "task": m["task"],
-                          "grid": is_grid(m), "s_per_step": m["s_per_step"], "wall_time_s": m["wall_time_s"],
+                          "part": slice_of(m), "s_per_step": m["s_per_step"], "wall_time_s": m["wall_time_s"],
                           "warmup_time_s": m["warmup_time_s"], "initial": m["initial_reward"], "final": _final(d)}
                          for m, d in runs])
     cells = meta.pivot_table(index="family", columns="size", values="n_params", aggfunc="count").fillna(0)
@@ -187,11 +233,22 @@ def card_markdown(runs_dir: Path, shared: Path | None) -> str:
               f"{r.initial_mean:.3f} ± {r.initial_sd:.3f} | {r.final_mean:.3f} ± {r.final_sd:.3f} |"
               for _, r in spread.iterrows()]
     lines += ["", f"Median SD across seeds: initial {spread.initial_sd.median():.3f}, final {spread.final_sd.median():.3f}."]
-    speed = meta.groupby("size")[["n_params", "s_per_step", "warmup_time_s", "wall_time_s"]].median().loc[sizes]
-    lines += ["", "Speed (medians per size; 1 torch thread per run on a shared 2-core CPU):", "",
-              "| size | params | GRPO s/step | warm-up s | wall s per run |", "|---|---|---|---|---|"]
-    lines += [f"| {s} | {int(r.n_params):,} | {r.s_per_step:.3f} | {r.warmup_time_s:.0f} | {r.wall_time_s:.0f} |"
-              for s, r in speed.iterrows()]
+    batch = seed_spread(runs, "batch") if any(slice_of(m) == "batch" for m, _ in runs) else pd.DataFrame()
+    batch = batch[batch.seeds > 1] if len(batch) else batch
+    if len(batch):
+        lines += ["", "Seed-to-seed spread of the batch slice's replicated level (16 prompts per step):", "",
+                  "| family | size | task | noise | GRPO lr | seeds | initial (mean ± sd) | final (mean ± sd) |",
+                  "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r.family} | {r['size']} | {r.task} | {r.noise:g} | {r.lr:g} | {r.seeds} | "
+                  f"{r.initial_mean:.3f} ± {r.initial_sd:.3f} | {r.final_mean:.3f} ± {r.final_sd:.3f} |"
+                  for _, r in batch.iterrows()]
+        lines += ["", f"Median SD across seeds: initial {batch.initial_sd.median():.3f}, final {batch.final_sd.median():.3f}."]
+    speed = meta.groupby(["part", "size"])[["n_params", "s_per_step", "warmup_time_s", "wall_time_s"]].median()
+    speed = speed.reindex([(part, s) for part in ("grid", "recipe", "batch") for s in sizes]).dropna()
+    lines += ["", "Speed (medians per part of the sweep and size; 1 torch thread per run on a shared 2-core CPU):", "",
+              "| part | size | params | GRPO s/step | warm-up s | wall s per run |", "|---|---|---|---|---|---|"]
+    lines += [f"| {part} | {s} | {int(r.n_params):,} | {r.s_per_step:.3f} | {r.warmup_time_s:.0f} | {r.wall_time_s:.0f} |"
+              for (part, s), r in speed.iterrows()]
     lines += ["", f"Total run wall time {meta.wall_time_s.sum() / 3600:.2f} h over {len(meta)} runs."]
     return "\n".join(lines)
 
@@ -221,9 +278,10 @@ def figure(runs: list[tuple[dict, pd.DataFrame]], path: Path) -> None:
         ax = axes[fams.index(m["family"])][sizes.index(m["size"])]
         steps = d["step"].to_numpy(float)
         curve = smoothed(steps, d["reward"].to_numpy(float), SMOOTHING_BANDWIDTH)
-        grid = is_grid(m)
-        ax.plot(steps, curve, color=colours[m["task"]], lw=1.0 if grid else 0.8, alpha=0.8 if grid else 0.6,
-                ls="-" if grid else ":", label=m["task"])
+        part = slice_of(m)
+        ax.plot(steps, curve, color=colours[m["task"]], lw=1.0 if part == "grid" else 0.8,
+                alpha=0.8 if part == "grid" else 0.6, ls={"grid": "-", "batch": "--", "recipe": ":"}[part],
+                label=m["task"])
         ax.set_title(f"{m['family']} {m['size']} (~{m['n_params'] / 1e3:.0f}k params)", fontsize=9)
     for ax in axes[-1]:
         ax.set_xlabel("GRPO step")
@@ -235,7 +293,7 @@ def figure(runs: list[tuple[dict, pd.DataFrame]], path: Path) -> None:
     uniq = dict(zip(labels, handles))
     fig.legend(list(uniq.values()), list(uniq.keys()), loc="lower center", ncol=len(uniq), fontsize=8, frameon=False)
     fig.suptitle("Bundled GRPO runs (tasks add / sort / reverse; reward range 0–1.8)\n"
-                 "Gaussian-kernel smoother, bandwidth 8% of steps; dotted = recipe slice", fontsize=10)
+                 "Gaussian-kernel smoother, bandwidth 8% of steps; dashed = batch slice, dotted = recipe slice", fontsize=10)
     fig.tight_layout(rect=(0, 0.04, 1, 0.95))
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -14,7 +14,16 @@ Design (:func:`sweep_argv`):
   same recipe). Base recipe (``GRID_RECIPE``): 2 prompts x 4 generations per step, 300
   steps, constant learning rate after a 10% linear warm-up, ``beta = 0``;
 * **recipe slice** (``RECIPE_VARIANTS``): two grid settings rerun (seed 0) with one recipe
-  change each: cosine decay, ``beta > 0``, other group shapes, a longer run.
+  change each: cosine decay, ``beta > 0``, other group shapes;
+* **batch slice** (``BATCH_RECIPE``): every grid setting (family x size x level, with its
+  Latin-square task and learning rate) rerun with seed 0, and the middle level (label noise
+  0.5) of every cell also with seed 1, at 16 prompts x 4 generations per step (64 completions
+  instead of 8; everything else as the grid): 48 runs, 4 per family x size cell. Real runs
+  sample far more completions per step than the grid's 8, so their batch reward is less
+  noisy; this slice measures that recipe change across the whole design.
+
+``--slice`` restricts a sweep to one part (``grid``, ``recipe`` or ``batch``), so a part can be
+generated into a staging folder on its own.
 """
 
 from __future__ import annotations
@@ -44,6 +53,8 @@ RECIPE_VARIANTS: dict[str, list[str]] = {
     "groups8": ["--num-generations", "8"],
     "groups16x1": ["--num-generations", "16", "--prompts-per-step", "1"],
 }
+BATCH_RECIPE = ["--prompts-per-step", "16"]
+BATCH_REPLICATED_NOISE = 0.5  # warm-up level of the batch slice that is also run with a second seed
 
 
 def grid_task(family: str, size: str, noise: float) -> str:
@@ -103,23 +114,42 @@ def _setting(family: str, size: str, noise: float, seed: int) -> list[str]:
             "--lr", str(grid_lr(family, size, noise)), *GRID_RECIPE, "--seed", str(seed)]
 
 
-def sweep_argv() -> list[list[str]]:
-    """Generator arguments of every run in the sweep, in the order they are run.
+def sweep_argv(part: str = "all") -> list[list[str]]:
+    """Generator arguments of every run in the sweep (or one part of it), in the order they are run.
+
+    Parameters
+    ----------
+    part : {"all", "grid", "recipe", "batch"}
+        Whole sweep or one of its parts (module docstring).
 
     Returns
     -------
     list of list of str
         One argument list per run: the grid seed by seed (so an early stop keeps every
-        cell), with the recipe slice before the last seed.
+        cell), with the recipe slice before the last seed, then the batch slice seed by seed.
+
+    Raises
+    ------
+    ValueError
+        Unknown ``part``.
 
     Example
     -------
-    >>> len(sweep_argv()) == len(FAMILIES) * len(SIZES) * len(NOISE_LEVELS) * len(SEEDS) + 8
+    >>> grid = len(FAMILIES) * len(SIZES) * len(NOISE_LEVELS) * len(SEEDS)
+    >>> len(sweep_argv()) == grid + 8 + len(FAMILIES) * len(SIZES) * (len(NOISE_LEVELS) + 1)
     True
     """
     grid = [[_setting(f, s, n, seed) for s in SIZES for f in FAMILIES for n in NOISE_LEVELS] for seed in SEEDS]
     recipe = [[*_setting(f, s, n, 0), *extra] for f, s, n in RECIPE_BASES for extra in RECIPE_VARIANTS.values()]
-    return grid[0] + grid[1] + recipe + grid[2]
+    others = [n for n in NOISE_LEVELS if n != BATCH_REPLICATED_NOISE]
+    batch = [[*_setting(f, s, n, seed), *BATCH_RECIPE] for n, seed in
+             [(BATCH_REPLICATED_NOISE, 0), (BATCH_REPLICATED_NOISE, 1), *((n, 0) for n in others)]
+             for s in SIZES for f in FAMILIES]
+    parts = {"grid": grid[0] + grid[1] + grid[2], "recipe": recipe, "batch": batch,
+             "all": grid[0] + grid[1] + recipe + grid[2] + batch}
+    if part not in parts:
+        raise ValueError(f"unknown sweep part {part!r}; one of {sorted(parts)}")
+    return parts[part]
 
 
 def _run_one(argv: list[str]) -> tuple[str, float, str | None]:
@@ -144,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     Parameters
     ----------
     argv : list of str, optional
-        Command-line arguments (``--out``, ``--jobs``, ``--cluster``, ``--dry-run``).
+        Command-line arguments (``--out``, ``--jobs``, ``--cluster``, ``--slice``, ``--dry-run``).
 
     Returns
     -------
@@ -157,12 +187,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="data/runs")
     ap.add_argument("--jobs", type=int, default=2, help="runs at a time (local processes, one torch thread each)")
     ap.add_argument("--cluster", default=None, help="Dask scheduler address or local:N (see bayes_grpo.parallel)")
+    ap.add_argument("--slice", default="all", choices=("all", "grid", "recipe", "batch"),
+                    help="run only this part of the sweep")
     ap.add_argument("--dry-run", action="store_true", help="list the runs and whether they exist")
     opts = ap.parse_args(argv)
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     todo = []
-    for extra in sweep_argv():
+    for extra in sweep_argv(opts.slice):
         full = [*extra, "--out", opts.out]
         name = run_id(parser.parse_args(full))
         done = (Path(opts.out) / f"{name}.meta.json").exists()

@@ -1,0 +1,240 @@
+"""Forecasts with the shipped model: the final-window quantity, PSIS diagnostics and fallbacks, regimes.
+
+Everything runs on the real shipped population posterior (``bg.default_model()``)
+and on real runs (bundled in ``data/runs``, and the shared external runs when
+``../shared/external_runs`` is present); no fitting, so these tests are quick.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.special import logsumexp
+from scipy.stats import multivariate_t
+
+import bayes_grpo as bg
+from bayes_grpo import measures
+from bayes_grpo.forecast import (
+    PARETO_K_MAX,
+    PRIOR_COMPONENTS,
+    REGIMES,
+    Conditioning,
+    _mvt_mixture_logpdf,
+    _thinned,
+    condition,
+)
+from bayes_grpo.prepare import prepare_run
+from bayes_grpo.settings import SMOOTHING_BANDWIDTH, shared_runs_dir
+
+PROPOSALS = {"prior", "laplace", "mcmc"}
+
+
+@pytest.fixture(scope="module")
+def model() -> bg.FittedModel:
+    return bg.default_model()
+
+
+@pytest.fixture(scope="module")
+def bundled_run() -> bg.RunLog:
+    """A bundled run logged at every step up to its planned end."""
+    try:
+        runs = bg.load_runs()
+    except bg.LogError:
+        pytest.skip("no bundled runs in data/runs")
+    return next(r for r in runs if r.total_steps == r.last_step and np.all(np.diff(r.steps) == 1))
+
+
+@pytest.fixture(scope="module")
+def shared_runs() -> list[bg.RunLog]:
+    """Up to six shared external runs (skips when ../shared/external_runs is absent)."""
+    folder = shared_runs_dir()
+    if folder is None:
+        pytest.skip("../shared/external_runs is not present")
+    return list(bg.load_runs(folder / "runs"))[:6]
+
+
+def _log(rewards: np.ndarray, total: int, *, every: int = 1, reward_range: tuple[float, float] | None = (0.0, 1.0)) -> bg.RunLog:
+    steps = every * np.arange(1, rewards.size + 1)
+    frame = pd.DataFrame({"step": steps, "reward": rewards})
+    return bg.read_log(frame, run_id="synthetic", family="qwen", params_b=0.5, total_steps=total, reward_range=reward_range)
+
+
+def _quiet_forecast(model: bg.FittedModel, run: bg.RunLog, **kwargs) -> bg.Forecast:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # a poor-weights warning would fail the test
+        warnings.filterwarnings("ignore", category=RuntimeWarning)  # overflow in far-out curve draws
+        return model.forecast(run, **kwargs)
+
+
+# ------------------------------------------------------------------ the final window
+
+
+def test_final_is_the_mean_logged_reward_over_the_final_window_with_its_noise(model, bundled_run) -> None:
+    run = bundled_run
+    total = measures.horizon(run)
+    fc = _quiet_forecast(model, measures.cut(run, 0.3), total_steps=total)
+    # The window the forecast expects is the one the truth (measures.final_reward) averages.
+    window = run.steps[-measures.final_window_size(len(run)) :]
+    assert np.array_equal(fc.final_window_steps(), window)
+    # Per draw: the trajectory's mean over the window, plus noise of SD step_noise / sqrt(window size).
+    latent = np.array([np.interp(window, fc.steps, draw).mean() for draw in fc.draws])
+    standardised = (fc.final.samples - latent) / (fc.step_noise / np.sqrt(window.size))
+    assert abs(standardised.mean()) < 0.15 and 0.85 < standardised.std() < 1.15
+    assert np.array_equal(fc.final.samples, fc.final.samples)  # the noise is fixed by the seed
+    assert np.array_equal(fc.final.samples, fc.window_reward(window).samples)
+    assert np.array_equal(fc.level_at_end.samples, fc.draws[:, -1])
+    q05, q50, q95 = (fc.final.quantile(q) for q in (0.05, 0.5, 0.95))
+    assert q05 < q50 < q95 and fc.final.interval(0.9) == pytest.approx((q05, q95))
+    assert q05 < fc.final.mean < q95
+
+
+def test_final_window_follows_the_logging_interval(model) -> None:
+    rng = np.random.default_rng(3)
+    run = _log(0.3 + 0.02 * rng.standard_normal(30), total=400, every=5)
+    fc = _quiet_forecast(model, run)
+    window = fc.final_window_steps()
+    # 400 steps logged every 5 steps: 80 points, the last 8 of them.
+    assert fc.logging_interval == 5 and np.array_equal(window, np.arange(365, 401, 5))
+    single = _quiet_forecast(model, run.head(5))
+    assert single.logging_interval == 1 and single.final_window_steps().size == 40
+
+
+def test_window_reward_noise_shrinks_with_the_window(model, bundled_run) -> None:
+    fc = _quiet_forecast(model, measures.cut(bundled_run, 0.5))
+    last = float(fc.total_steps)
+    one, many = fc.window_reward([last]), fc.window_reward(np.full(100, last))
+    assert np.allclose(one.samples - fc.level_at_end.samples, 10 * (many.samples - fc.level_at_end.samples))
+    with pytest.raises(bg.ModelError, match="at least one step"):
+        fc.window_reward([])
+
+
+# ------------------------------------------------------------------ importance sampling
+
+
+def test_forecasts_of_real_runs_report_reliable_psis_diagnostics(model, shared_runs) -> None:
+    for run in shared_runs:
+        for fraction in (0.2, 0.3, 0.5):
+            fc = _quiet_forecast(model, measures.cut(run, fraction), total_steps=measures.horizon(run))
+            assert 0 < fc.ess <= 3000 and np.isfinite(fc.pareto_k), run.run_id
+            assert fc.pareto_k <= PARETO_K_MAX and fc.proposal in PROPOSALS, run.run_id
+
+
+def test_conditioning_weights_are_pareto_smoothed_and_measured(model, bundled_run) -> None:
+    conditioned = condition(model, prepare_run(measures.cut(bundled_run, 0.3)), seed=4)
+    weights = np.exp(conditioned.log_weights)
+    assert weights.sum() == pytest.approx(1.0)
+    assert conditioned.ess == pytest.approx(1.0 / np.sum(weights**2))
+    assert conditioned.reliable == (conditioned.pareto_k <= PARETO_K_MAX and conditioned.ess >= 300)
+    fc = _quiet_forecast(model, measures.cut(bundled_run, 0.3), seed=4)
+    assert (fc.ess, fc.pareto_k, fc.proposal) == (conditioned.ess, conditioned.pareto_k, conditioned.proposal)
+
+
+def test_the_prior_samples_and_evaluates_the_same_population_draws(model, bundled_run) -> None:
+    rng = np.random.default_rng(0)
+    full = model.population_arrays()
+    thinned = _thinned(model, rng, PRIOR_COMPONENTS).population_arrays()
+    assert all(values.shape[-1] == PRIOR_COMPONENTS for values in thinned.values())
+    # Each kept draw is one of the model's draws, whole: every variable comes from the same draw.
+    for k in range(0, PRIOR_COMPONENTS, 16):
+        (draw,) = np.flatnonzero(full["tau_mu"] == thinned["tau_mu"][k])
+        assert all(np.array_equal(thinned[name][..., k], values[..., draw]) for name, values in full.items())
+    assert _thinned(model, rng, 10**9) is model
+
+
+def test_fallback_mixture_density_is_normalised() -> None:
+    rng = np.random.default_rng(1)
+    centres = rng.standard_normal((4, 3))
+    cov = np.array([[1.0, 0.3, 0.0], [0.3, 0.5, 0.1], [0.0, 0.1, 0.2]])
+    x = rng.standard_normal((50, 3)) * 2
+    expected = logsumexp([multivariate_t(loc=c, shape=cov, df=5).logpdf(x) for c in centres], axis=0) - np.log(4)
+    assert np.allclose(_mvt_mixture_logpdf(x, centres, cov), expected)
+
+
+def _sharp_linear_run() -> bg.RunLog:
+    """2,000 steps of a near-noiseless linear climb: a narrow, curved posterior the Laplace step misses."""
+    rng = np.random.default_rng(0)
+    return _log(np.linspace(0.1, 0.6, 2000) + 0.001 * rng.standard_normal(2000), total=4000)
+
+
+def test_a_sharp_curved_posterior_falls_back_to_the_mcmc_proposal() -> None:
+    model = bg.default_model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        conditioned = condition(model, prepare_run(_sharp_linear_run()), seed=0)
+    assert conditioned.proposal == "mcmc" and conditioned.reliable
+
+
+def test_weights_that_stay_poor_warn() -> None:
+    model = bg.default_model()
+    prepared = prepare_run(_sharp_linear_run())
+    outcomes = []
+    for seed in range(4):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            conditioned = condition(model, prepared, n_particles=40, seed=seed)
+        warned = [w for w in caught if "importance weights stay poor" in str(w.message)]
+        assert bool(warned) == (not conditioned.reliable)
+        outcomes.append(conditioned.reliable)
+    assert any(outcomes) and not all(outcomes)  # 40 particles are sometimes enough for this posterior, sometimes not
+
+
+def test_reliability_needs_both_k_hat_and_ess() -> None:
+    theta = np.zeros((1000, 5))
+    assert Conditioning(theta, np.zeros(1000), 500.0, 0.5, "prior").reliable
+    assert not Conditioning(theta, np.zeros(1000), 500.0, 0.8, "prior").reliable
+    assert not Conditioning(theta, np.zeros(1000), 50.0, 0.5, "prior").reliable
+
+
+# ------------------------------------------------------------------ regimes
+
+
+def _regimes_by_definition(fc: bg.Forecast) -> dict[str, float]:
+    """The regime weights recomputed from the docstring's definitions, step by step."""
+    window = fc.final_window_steps()
+    first, last = float(fc.observed_steps[0]), float(fc.observed_steps[-1])
+    level_window = np.array([np.interp(window, fc.steps, d).mean() for d in fc.draws])
+    now = np.array([np.interp(last, fc.steps, d) for d in fc.draws])
+    start = np.array([np.interp(first, fc.steps, d) for d in fc.draws])
+    span = max(fc.total_steps - first, last - first, 1.0)
+    kernel = np.exp(-0.5 * ((fc.observed_steps[:, None] - fc.observed_steps[None, :]) / (SMOOTHING_BANDWIDTH * span)) ** 2)
+    best = np.maximum(now, np.max(kernel @ fc.observed_rewards / kernel.sum(axis=1)))
+    material = fc.step_noise
+    decline = level_window < best - material
+    take_off = ~decline & (level_window - now > material) & (level_window - now > now - start)
+    return {"take_off_ahead": take_off.mean(), "plateau": 1 - take_off.mean() - decline.mean(), "decline": decline.mean()}
+
+
+def test_regimes_follow_their_definitions(model, bundled_run) -> None:
+    for fraction in (0.2, 0.5):
+        fc = _quiet_forecast(model, measures.cut(bundled_run, fraction))
+        assert tuple(fc.regimes) == REGIMES and sum(fc.regimes.values()) == pytest.approx(1.0)
+        expected = _regimes_by_definition(fc)
+        assert all(fc.regimes[name] == pytest.approx(expected[name], abs=1e-9) for name in REGIMES)
+
+
+def test_a_flat_head_has_its_take_off_ahead_and_a_plateaued_run_does_not(model) -> None:
+    rng = np.random.default_rng(0)
+    t = np.arange(1, 201) / 200
+    # On a declared 0-1 range the population has seen many late take-offs: a flat head at 20% expects one.
+    flat = _quiet_forecast(model, _log(0.1 + 0.03 * rng.standard_normal(200), total=200).head(40))
+    plateaued = _quiet_forecast(model, _log(0.1 + 0.6 * (1 - np.exp(-t / 0.05)) + 0.03 * rng.standard_normal(200), total=200).head(100))
+    assert flat.regimes["take_off_ahead"] > 0.7 and plateaued.regimes["take_off_ahead"] < 0.05
+    assert plateaued.regimes["plateau"] > 0.7 and flat.regimes["plateau"] < 0.3
+
+
+def test_a_run_that_fell_from_its_peak_is_in_decline(model) -> None:
+    rng = np.random.default_rng(0)
+    t = np.arange(1, 201) / 200
+    # Up to 0.7 by 10% of the run, down to 0.3 by 20%, and flat there until the cut at 50%.
+    level = 0.1 + np.interp(t, [0, 0.1, 0.2, 1], [0, 0.6, 0.2, 0.2])
+    fc = _quiet_forecast(model, _log(level + 0.03 * rng.standard_normal(200), total=200).head(100))
+    assert fc.regimes["decline"] > 0.7 and fc.regimes["take_off_ahead"] < 0.05
+
+
+def test_a_run_not_yet_started_has_no_rise_so_far(model) -> None:
+    fc = _quiet_forecast(model, None, total_steps=300, initial_reward=0.1, reward_range=(0.0, 1.0))
+    assert sum(fc.regimes.values()) == pytest.approx(1.0) and fc.regimes["decline"] <= 0.5
+    assert fc.final_window_steps().size == 30 and np.isfinite(fc.final.mean)
