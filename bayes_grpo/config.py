@@ -47,8 +47,6 @@ class PriorConfig:
         Normal scale of the initial-reward effect on gain (declared ranges only).
     fam_gain_sd_scale, fam_tau_sd_scale : float
         HalfNormal scales of the family spreads of gain and log timescale.
-    rise_scale : float
-        Normal scale of the early-rise effects on asinh-gain (per kind) and log timescale.
     source_share_prior : tuple of float
         Beta prior of the share of the gain (and log-timescale) variance that lies between
         sources (repository / recipe / task) rather than between runs of one source.
@@ -76,7 +74,6 @@ class PriorConfig:
     gain_size_scale: tuple[float, float] = (0.3, 0.3)
     gain_init_scale: float = 0.5
     fam_gain_sd_scale: float = 0.3
-    rise_scale: float = 1.0
     source_share_prior: tuple[float, float] = (2.0, 2.0)
     tau_mu_loc: float = math.log(0.3)
     tau_mu_scale: float = 1.0

@@ -7,11 +7,10 @@ five parameters ``theta = (r0, asinh_gain, log_tau, log_beta, log_sigma)`` are
 Normal given the population, with means depending on the scale kind ``k``
 (declared range or learned unit), the family ``f`` and the source ``s`` (a
 repository / recipe / task; both partially pooled), the centred log10 size
-``x``, the centred initial reward ``i`` and the early rise ``e`` (how far the run
-moved in its first fifth, :func:`bayes_grpo.prepare.early_rise`)::
+``x`` and the centred initial reward ``i``::
 
-    asinh_gain ~ Normal(gain_mu[k] + fam_gain[f] + src_gain[s] + gain_size[k] x + gain_init i + gain_rise[k] e, gain_sd[k])
-    log_tau    ~ Normal(tau_mu + fam_tau[f] + src_tau[s] + tau_size x + tau_init i + tau_rise e, tau_sd)
+    asinh_gain ~ Normal(gain_mu[k] + fam_gain[f] + src_gain[s] + gain_size[k] x + gain_init i, gain_sd[k])
+    log_tau    ~ Normal(tau_mu + fam_tau[f] + src_tau[s] + tau_size x + tau_init i, tau_sd)
 
 (``src_gain[s] ~ Normal(0, src_gain_sd[k])``, with the source and run spreads
 written as a total and the share of its variance between sources;
@@ -77,7 +76,7 @@ CENTRED = {"r0": "c_r0", "asinh_gain": "c_gain", "log_tau": "c_tau", "log_beta":
 #: Population-level variables kept in a fitted model (the per-run ones are not).
 POPULATION_VARS = (
     "gain_mu", "gain_sd", "gain_size", "gain_init", "fam_gain", "fam_gain_sd", "src_gain", "src_gain_sd",
-    "gain_total_sd", "gain_src_share", "gain_rise", "tau_rise",
+    "gain_total_sd", "gain_src_share",
     "tau_mu", "tau_sd", "tau_size", "tau_init", "fam_tau", "fam_tau_sd", "src_tau", "src_tau_sd",
     "tau_total_sd", "tau_src_share",
     "beta_mu", "beta_sd", "r0_sd", "sig_mu", "sig_sd",
@@ -127,7 +126,6 @@ class Covariates:
     source: Any
     size: Any
     init: Any
-    rise: Any
     start: Any
 
 
@@ -140,7 +138,6 @@ def covariates(prepared: PreparedRun, centres: Sequence[float], families: Sequen
         source=sources.index(prepared.source) if prepared.source in sources else -1,
         size=centred_size(prepared, list(centres)),
         init=prepared.initial_cov,
-        rise=prepared.rise_cov,
         start=start_level(prepared),
     )
 
@@ -164,7 +161,6 @@ def population_priors(config: ModelConfig, source_kinds: Sequence[int]) -> dict[
         "gain_src_share": pm.Beta("gain_src_share", *p.source_share_prior),
         "gain_size": pm.Normal("gain_size", 0.0, np.array(p.gain_size_scale), dims="kind"),
         "gain_init": pm.Normal("gain_init", 0.0, p.gain_init_scale),
-        "gain_rise": pm.Normal("gain_rise", 0.0, p.rise_scale, dims="kind"),
         "fam_gain_sd": pm.HalfNormal("fam_gain_sd", p.fam_gain_sd_scale),
     }
     n_families = len(pm.modelcontext(None).coords["family"])
@@ -182,7 +178,6 @@ def population_priors(config: ModelConfig, source_kinds: Sequence[int]) -> dict[
     pop["src_tau_sd"] = pm.Deterministic("src_tau_sd", pop["tau_total_sd"] * pt.sqrt(pop["tau_src_share"]))
     pop["tau_size"] = pm.Normal("tau_size", 0.0, p.tau_size_scale)
     pop["tau_init"] = pm.Normal("tau_init", 0.0, p.tau_init_scale)
-    pop["tau_rise"] = pm.Normal("tau_rise", 0.0, p.rise_scale)
     pop["fam_tau_sd"] = pm.HalfNormal("fam_tau_sd", p.fam_tau_sd_scale)
     pop["fam_tau"] = pm.Deterministic("fam_tau", pop["fam_tau_sd"] * _zero_sum("fam_tau_raw", np.zeros(n_families, int)), dims="family")
     pop["src_tau"] = pm.Deterministic("src_tau", pop["src_tau_sd"] * _zero_sum("src_tau_raw", np.zeros(source_kinds.size, int)), dims="source")
@@ -257,8 +252,8 @@ def run_prior(
         r0_sd = xp.minimum(r0_sd, config.priors.declared_start_sd[k])
     loc = {
         "r0": cov.start,
-        "asinh_gain": pop["gain_mu"][k] + group_gain + pop["gain_size"][k] * cov.size + pop["gain_init"] * cov.init + pop["gain_rise"][k] * cov.rise,
-        "log_tau": pop["tau_mu"] + group_tau + pop["tau_size"] * cov.size + pop["tau_init"] * cov.init + pop["tau_rise"] * cov.rise,
+        "asinh_gain": pop["gain_mu"][k] + group_gain + pop["gain_size"][k] * cov.size + pop["gain_init"] * cov.init,
+        "log_tau": pop["tau_mu"] + group_tau + pop["tau_size"] * cov.size + pop["tau_init"] * cov.init,
         "log_beta": pop["beta_mu"] if has_beta else 0.0,
         "log_sigma": pop["sig_mu"][k],
     }
@@ -425,7 +420,6 @@ def build_model(prepared: list[PreparedRun], config: ModelConfig | None = None, 
             source=np.array([sources.index(p.source) for p in prepared]),
             size=pm.Data("log10_size", np.array([centred_size(p, centres) for p in prepared]), dims="run"),
             init=pm.Data("initial_cov", np.array([p.initial_cov for p in prepared]), dims="run"),
-            rise=pm.Data("rise_cov", np.array([p.rise_cov for p in prepared]), dims="run"),
             start=pm.Data("start", np.array([start_level(p) for p in prepared]), dims="run"),
         )
         source_kinds = [next(p.kind_index for p in prepared if p.source == source) for source in sources]

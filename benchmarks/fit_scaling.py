@@ -306,12 +306,17 @@ def exponent(table: pd.DataFrame, y: str) -> float | None:
 
 def _loglog(ax, table: pd.DataFrame, y: str, by: str, label: str, ylabel: str) -> None:
     """Points of ``y`` against runs x bins, one line per value of ``by``, and the fitted power law."""
+    from matplotlib.ticker import NullFormatter
+
     for value, group in table.groupby(by):
         group = group.sort_values("runs_x_bins")
         ax.loglog(group["runs_x_bins"], group[y], "o-", label=label.format(value))
         slope = exponent(group, y)
         if slope is not None:
             ax.plot([], [], " ", label=f"  exponent {slope:.2f}")
+    ticks = sorted(int(v) for v in table["runs_x_bins"].unique())
+    ax.set_xticks(ticks, [str(v) for v in ticks], fontsize=7)
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("runs x bins (likelihood terms)")
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=7)

@@ -222,7 +222,7 @@ def test_a_new_source_gets_the_spread_between_sources():
     prepared = [prepare_run(r) for r in _runs()]
     pop = {
         "gain_mu": np.array([[0.3], [1.0]]), "gain_sd": np.array([[0.2], [0.5]]), "gain_size": np.array([[0.0], [0.0]]),
-        "gain_init": np.array([0.0]), "gain_rise": np.array([[0.0], [0.0]]), "tau_rise": np.array([0.0]), "fam_gain": np.array([[0.1], [-0.1]]), "fam_gain_sd": np.array([0.1]),
+        "gain_init": np.array([0.0]), "fam_gain": np.array([[0.1], [-0.1]]), "fam_gain_sd": np.array([0.1]),
         "src_gain": np.array([[0.7], [-0.7]]), "src_gain_sd": np.array([[0.7], [0.7]]), "tau_mu": np.array([-1.0]),
         "tau_sd": np.array([0.3]), "tau_size": np.array([0.0]), "tau_init": np.array([0.0]),
         "fam_tau": np.array([[0.0], [0.0]]), "fam_tau_sd": np.array([0.1]), "src_tau": np.array([[0.2], [-0.2]]),
