@@ -60,8 +60,11 @@ PRIOR_COMPONENTS = 128
 N_PARTICLES = 3000
 #: Pareto k-hat above this: the importance weights are unreliable (Vehtari et al. 2024, JMLR 25(72)).
 PARETO_K_MAX = 0.7
-#: Weights whose ESS is below this share of the particles are too concentrated to trust.
+#: Weights whose ESS is below this share of the particles make the sampler try a better proposal.
 MIN_ESS_FRACTION = 0.1
+#: A forecast warns only when its best weights have k-hat above PARETO_K_MAX or fewer effective
+#: particles than this (quantiles of fewer are too rough to trust).
+MIN_ESS_WARN = 100
 #: Share of every local proposal drawn from the prior (defensive importance sampling).
 DEFENSIVE_SHARE = 0.2
 #: Chains and steps of the Metropolis run that places the fallback proposal, and how many such rounds
@@ -526,7 +529,7 @@ def condition(
         if attempts[-1].reliable:
             return attempts[-1]
     best = max(attempts, key=_quality)
-    if not best.reliable:
+    if best.pareto_k > PARETO_K_MAX or best.ess < MIN_ESS_WARN:
         warnings.warn(
             f"forecast of run {prepared.run_id!r}: the importance weights stay poor after every proposal "
             f"(ESS {best.ess:.0f} of {n_particles} particles, Pareto k-hat {best.pareto_k:.2f}, "

@@ -491,8 +491,11 @@ def fit(
             options.update(cores=min(sconfig.chains, os.cpu_count() or 1), target_accept=sconfig.target_accept)
         elif sconfig.sampler == "nutpie":
             options.update(nuts_sampler="nutpie", nuts_sampler_kwargs={"backend": "numba"})
-        else:
-            options.update(nuts_sampler=sconfig.sampler, target_accept=sconfig.target_accept)
+        else:  # numpyro: one JAX device runs chains one after another unless they are vectorised
+            import jax
+
+            chain_method = "parallel" if jax.local_device_count() >= sconfig.chains else "vectorized"
+            options.update(nuts_sampler="numpyro", target_accept=sconfig.target_accept, nuts_sampler_kwargs={"chain_method": chain_method})
         idata = pm.sample(**options)
         seconds = time.perf_counter() - started
         if keep_full and "log_likelihood" not in idata:

@@ -105,11 +105,6 @@ def simulate_runs(model, n_runs: int, steps: int, seed: int) -> tuple[list, dict
         for r in range(n_runs)
     ]
     centres = size_centres(described)
-    simulated_population = dict(truth)
-    if "src_gain_sd" in truth:
-        n_sources = int(source.max()) + 1
-        simulated_population["src_gain"] = np.atleast_1d(truth["src_gain_sd"])[RANGE_KIND] * rng.standard_normal(n_sources)
-        simulated_population["src_tau"] = float(truth["src_tau_sd"]) * rng.standard_normal(n_sources)
     values = {
         "kind": np.array([p.kind_index for p in described]),
         "family": np.array([list(model.families).index(p.family) for p in described]),
@@ -118,6 +113,18 @@ def simulate_runs(model, n_runs: int, steps: int, seed: int) -> tuple[list, dict
         "init": np.array([p.initial_cov for p in described]),
         "start": np.array([start_level(p) for p in described]),
     }
+    # A covariate computed from the run's own rewards (e.g. its early rise) cannot be drawn before
+    # the rewards: the simulated population has no such effect (its coefficients, named
+    # ``<parameter>_<covariate>``, are 0 in the truth), so the fit should find them near 0.
+    for field in dataclasses.fields(Covariates):
+        if field.name not in values:
+            values[field.name] = np.zeros(n_runs)
+            truth.update({name: np.zeros_like(value) for name, value in truth.items() if name.endswith(f"_{field.name}")})
+    simulated_population = dict(truth)
+    if "src_gain_sd" in truth:
+        n_sources = int(source.max()) + 1
+        simulated_population["src_gain"] = np.atleast_1d(truth["src_gain_sd"])[RANGE_KIND] * rng.standard_normal(n_sources)
+        simulated_population["src_tau"] = float(truth["src_tau_sd"]) * rng.standard_normal(n_sources)
     cov = Covariates(**{field.name: values[field.name] for field in dataclasses.fields(Covariates)})
     loc, scale = run_prior(simulated_population, cov, model.model_config, np)
     theta = {name: np.broadcast_to(loc[name], (n_runs,)) + np.broadcast_to(scale[name], (n_runs,)) * rng.standard_normal(n_runs) for name in PARAMS}
