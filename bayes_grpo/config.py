@@ -39,19 +39,13 @@ class PriorConfig:
     gain_mu_loc, gain_mu_scale : tuple of float
         Normal prior of the kind's mean asinh-gain.
     gain_sd_scale : tuple of float
-        HalfNormal scale of the kind's total asinh-gain spread (between sources plus between runs
-        of one source: the spread a run from a new source gets).
-    gain_size_scale : tuple of float
-        Normal scale of the size effect on gain, per kind (gains are in each kind's unit).
-    gain_init_scale : float
-        Normal scale of the initial-reward effect on gain (declared ranges only).
+        HalfNormal scale of the kind's per-run asinh-gain spread.
+    gain_size_scale, gain_init_scale : float
+        Normal scales of the size and initial-reward effects on gain (in units of ``gain_sd``).
     fam_gain_sd_scale, fam_tau_sd_scale : float
         HalfNormal scales of the family spreads of gain and log timescale.
-    source_share_prior : tuple of float
-        Beta prior of the share of the gain (and log-timescale) variance that lies between
-        sources (repository / recipe / task) rather than between runs of one source.
     tau_mu_loc, tau_mu_scale, tau_sd_scale : float
-        Normal prior of the mean log timescale and HalfNormal scale of its total spread.
+        Normal prior of the mean log timescale and HalfNormal scale of its per-run spread.
     tau_size_scale, tau_init_scale : float
         Normal scales of the size and initial-reward effects on log timescale.
     beta_mu_scale, beta_sd_scale : float
@@ -68,24 +62,23 @@ class PriorConfig:
         spread capped at this (the fit keeps the learned ``r0_sd``).
     """
 
-    gain_mu_loc: tuple[float, float] = (0.3, 0.7)
-    gain_mu_scale: tuple[float, float] = (0.3, 1.0)
-    gain_sd_scale: tuple[float, float] = (0.3, 1.0)
-    gain_size_scale: tuple[float, float] = (0.3, 0.3)
-    gain_init_scale: float = 0.5
-    fam_gain_sd_scale: float = 0.3
-    source_share_prior: tuple[float, float] = (2.0, 2.0)
+    gain_mu_loc: tuple[float, float] = (0.3, 0.5)
+    gain_mu_scale: tuple[float, float] = (0.3, 0.5)
+    gain_sd_scale: tuple[float, float] = (0.3, 0.5)
+    gain_size_scale: float = 0.5
+    gain_init_scale: float = 1.0
+    fam_gain_sd_scale: float = 0.5
     tau_mu_loc: float = math.log(0.3)
     tau_mu_scale: float = 1.0
-    tau_sd_scale: float = 0.5
+    tau_sd_scale: float = 0.8
     tau_size_scale: float = 0.3
     tau_init_scale: float = 1.0
-    fam_tau_sd_scale: float = 0.3
-    beta_mu_scale: float = 0.3
-    beta_sd_scale: float = 0.3
+    fam_tau_sd_scale: float = 0.5
+    beta_mu_scale: float = 0.5
+    beta_sd_scale: float = 0.5
     r0_sd_scale: tuple[float, float] = (0.1, 0.3)
     sig_mu_loc: tuple[float, float] = (math.log(0.05), math.log(0.3))
-    sig_mu_scale: tuple[float, float] = (1.0, 0.5)
+    sig_mu_scale: tuple[float, float] = (1.0, 0.7)
     sig_sd_scale: float = 0.5
     declared_start_sd: tuple[float, float] = (0.02, 0.1)
 
@@ -99,7 +92,7 @@ class ModelConfig:
     form : str
         Curve form, a key of :data:`bayes_grpo.curves.CURVE_FORMS` (default ``"loglogistic"``).
     max_bins : int
-        Observations of a run are averaged into at most this many bins for the fit (30).
+        Observations of a run are averaged into at most this many bins for the fit (60).
     forecast_bins : int
         Bins used when conditioning one run at forecast time (120).
     student_nu : float
@@ -110,15 +103,6 @@ class ModelConfig:
     drift : float
         Scale of the Brownian model-discrepancy term of forecasts, in per-step noise units per
         unit of progress (1.5, chosen so 90% intervals from 30% of a run cover about 90% of finals).
-    per_run_beta : bool
-        Give each run its own curve shape ``beta`` (partially pooled) instead of one shape
-        shared by all runs (False). Per-run shapes let the sampler wander into step-function
-        modes (beta -> 0 or infinity, with the start left to the prior) that single runs cannot
-        rule out; the per-run timescale already carries most of the between-run variation.
-    centring_se : float
-        A run whose last fifth sits this many standard errors from its first fifth has its
-        rise sampled centred (see :func:`bayes_grpo.population.centring`; geometry only,
-        the posterior is unchanged) (8).
     range_slack : float
         At forecast time, on a declared reward range, a curve's start and asymptote may sit at
         most this fraction of the range outside it (0.02).
@@ -139,14 +123,12 @@ class ModelConfig:
     """
 
     form: str = DEFAULT_FORM
-    max_bins: int = 30
+    max_bins: int = 60
     forecast_bins: int = 120
     student_nu: float = 4.0
     noise_floor: float = 0.02
     drift: float = 1.5
     range_slack: float = 0.02
-    per_run_beta: bool = False
-    centring_se: float = 8.0
     beta_prior_centre: float | None = None
     priors: PriorConfig = field(default_factory=PriorConfig)
 

@@ -1,11 +1,11 @@
 """Reward-curve forms in normalised training progress, in NumPy and PyTensor.
 
 Every form maps normalised progress ``t`` (step / total steps, so the planned run
-is ``0 <= t <= 1``) to a reward that starts at ``r0`` and has moved by ``gain``
-at the end of the planned run, through a shape function ``F(t)`` with
-``F(0) = 0`` and ``F(inf) = 1``:
+is ``0 <= t <= 1``) to a reward that starts at ``r0`` and moves by ``gain`` as
+``t`` grows, through a shape function ``F(t)`` with ``F(0) = 0`` and
+``F(inf) = 1``:
 
-    reward(t) = r0 + gain * F(t; tau, beta) / F(1; tau, beta)
+    reward(t) = r0 + gain * F(t; tau, beta)
 
 * ``weibull``   F = 1 - exp(-(t/tau)**beta): the stretched exponential; ``beta > 1``
   gives the slow start of GRPO curves, ``beta = 1`` is the exponential saturation
@@ -40,8 +40,6 @@ from scipy import optimize
 from bayes_grpo.errors import BayesGrpoError
 
 _TINY_PROGRESS = 1e-6
-# F(1) is floored here so that a timescale far beyond the horizon never divides by zero.
-_TINY_SHAPE = 1e-300
 # Where the second derivative of a logistic peaks: t0 -/+ ln(2 + sqrt 3) / delta.
 _LOGISTIC_KNEE = float(np.log(2.0 + np.sqrt(3.0)))
 
@@ -56,8 +54,8 @@ def _weibull(t: Any, tau: Any, beta: Any, xp: Any) -> Any:
     if xp is np:
         # (t / tau) ** beta overflows to inf for a tiny tau; exp(-inf) = 0 is the right limit.
         with np.errstate(over="ignore"):
-            return -np.expm1(-((t / tau) ** beta))
-    return -xp.expm1(-((t / tau) ** beta))
+            return 1.0 - np.exp(-((t / tau) ** beta))
+    return 1.0 - xp.exp(-((t / tau) ** beta))
 
 
 def _weibull_plateau(tau: np.ndarray, beta: np.ndarray, level: float) -> np.ndarray:
@@ -65,7 +63,7 @@ def _weibull_plateau(tau: np.ndarray, beta: np.ndarray, level: float) -> np.ndar
 
 
 def _exponential(t: Any, tau: Any, beta: Any, xp: Any) -> Any:
-    return -xp.expm1(-t / tau)
+    return 1.0 - xp.exp(-t / tau)
 
 
 def _exponential_plateau(tau: np.ndarray, beta: np.ndarray, level: float) -> np.ndarray:
@@ -173,18 +171,8 @@ def shape(form: str, t: Any, tau: Any, beta: Any, xp: Any = np) -> Any:
 
 
 def reward_curve(form: str, t: Any, r0: Any, gain: Any, tau: Any, beta: Any, xp: Any = np) -> Any:
-    """Expected reward ``r0 + gain * F(t) / F(1)``: ``gain`` is the rise by the end of the planned run.
-
-    Measuring the gain at ``t = 1`` rather than at the asymptote keeps it
-    identified by the data: a run that is still rising at its last step pins
-    its rise so far, but not where it would level off. Parameterised by the
-    asymptote, gain and timescale trade off along a curved ridge
-    (``gain * tau**-beta`` constant) that NUTS crosses only with its longest
-    trees; by the end-of-run rise, a timescale beyond the horizon is just a
-    flat direction left to the prior. The total gain is ``gain / F(1)``.
-    """
-    at_end = shape(form, 1.0, tau, beta, xp)
-    return r0 + gain * shape(form, t, tau, beta, xp) / xp.maximum(at_end, _TINY_SHAPE)
+    """Expected reward ``r0 + gain * F(t)`` for a curve form (see module docstring)."""
+    return r0 + gain * shape(form, t, tau, beta, xp)
 
 
 def plateau_progress(form: str, tau: Any, beta: Any, level: float = 0.95) -> Any:

@@ -475,7 +475,8 @@ def condition(
        :data:`MCMC_ROUNDS` rounds, each starting from the best particles so far.
 
     The attempt with the best weights is returned (reliable first, then the
-    largest ESS); when even that one is not reliable a ``UserWarning`` says so.
+    largest ESS); a ``UserWarning`` says so when its k-hat is above
+    :data:`PARETO_K_MAX` or it has fewer than :data:`MIN_ESS_WARN` effective particles.
 
     Parameters
     ----------
@@ -493,6 +494,20 @@ def condition(
     Conditioning
         Particles, PSIS-smoothed log weights, ESS, k-hat and the proposal used.
     """
+    best = _best_attempt(model, prepared, n_particles, seed)
+    if best.pareto_k > PARETO_K_MAX or best.ess < MIN_ESS_WARN:
+        warnings.warn(
+            f"forecast of run {prepared.run_id!r}: the importance weights stay poor after every proposal "
+            f"(ESS {best.ess:.0f} of {n_particles} particles, Pareto k-hat {best.pareto_k:.2f}, "
+            f"proposal {best.proposal!r}); its intervals may be too narrow",
+            UserWarning,
+            stacklevel=3,
+        )
+    return best
+
+
+def _best_attempt(model: PopulationPosterior, prepared: PreparedRun, n_particles: int, seed: int) -> Conditioning:
+    """The proposals of :func:`condition` in turn; the first reliable attempt, else the best one."""
     rng = np.random.default_rng(seed)
     config = model.model_config
     prior = RunPrior(_thinned(model, rng, PRIOR_COMPONENTS), prepared, rng, n_components=PRIOR_COMPONENTS)
@@ -528,16 +543,7 @@ def condition(
         attempts.append(_mcmc_mixture(rng, prior, log_lik, log_post, max(attempts, key=_quality), n_particles))
         if attempts[-1].reliable:
             return attempts[-1]
-    best = max(attempts, key=_quality)
-    if best.pareto_k > PARETO_K_MAX or best.ess < MIN_ESS_WARN:
-        warnings.warn(
-            f"forecast of run {prepared.run_id!r}: the importance weights stay poor after every proposal "
-            f"(ESS {best.ess:.0f} of {n_particles} particles, Pareto k-hat {best.pareto_k:.2f}, "
-            f"proposal {best.proposal!r}); its intervals may be too narrow",
-            UserWarning,
-            stacklevel=3,
-        )
-    return best
+    return max(attempts, key=_quality)
 
 
 def _quality(attempt: Conditioning) -> tuple[bool, float, float]:

@@ -45,7 +45,7 @@ from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE
 from bayes_grpo.stopping import RelativeTo, StopDecision, stop_decision, stop_probability
 
 #: Version of the model-file layout; :func:`load_model` refuses files of another version.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 1
 #: Root attribute that marks a NetCDF file as a bayes_grpo model.
 FORMAT_ATTR = "bayes_grpo_model_format"
 DEFAULT_MODEL_PATH = Path(__file__).resolve().parent / "assets" / "default_model.nc"
@@ -131,11 +131,6 @@ class FittedModel:
     def families(self) -> list[str]:
         """The model families the population has seen (others get the population level)."""
         return [str(f) for f in self.population["family"].values]
-
-    @property
-    def sources(self) -> list[str]:
-        """The sources (repository / recipe / task) the population has seen; a run from another gets their spread."""
-        return [str(s) for s in self.population["source"].values] if "source" in self.population.coords else []
 
     @property
     def config(self) -> dict[str, Any]:
@@ -414,7 +409,6 @@ def default_model() -> FittedModel:
 def fit(
     runs: RunSet | Iterable[RunLog],
     *,
-    sources: Mapping[str, str] | None = None,
     model_config: ModelConfig | Mapping[str, Any] | None = None,
     sampler_config: SamplerConfig | Mapping[str, Any] | None = None,
     form: str | None = None,
@@ -434,9 +428,6 @@ def fit(
     runs : RunSet or iterable of RunLog
         Training runs (finished or not; a run without planned total steps is normalised by
         its last logged step).
-    sources : mapping, optional
-        ``run_id -> source`` (repository / recipe / task) for runs whose metadata has no
-        ``source_repo`` (:func:`bayes_grpo.prepare.run_source`); runs of one source share a level.
     model_config : ModelConfig or dict, optional
         Model settings, or a dict of overrides of the defaults (see :class:`ModelConfig`).
     sampler_config : SamplerConfig or dict, optional
@@ -476,8 +467,7 @@ def fit(
     sconfig = merge(merge(SamplerConfig(), sampler_config), shortcuts_sampler or None)
     sconfig = merge(sconfig, {"sampler": _pick_sampler(sconfig.sampler)})
     runs = list(runs)
-    sources = dict(sources or {})
-    prepared = [prepare_run(run, source=sources.get(run.run_id), require_total=False) for run in runs]
+    prepared = [prepare_run(run, require_total=False) for run in runs]
     if not prepared:
         raise ModelError("fit needs at least one run")
     centres = size_centres(prepared)

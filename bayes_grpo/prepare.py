@@ -5,18 +5,16 @@ The model works on *normalised progress* ``t = step / total_steps`` and on a
 
 * when the run declares its reward range ``(lo, hi)``: ``loc = lo`` and
   ``unit = hi - lo`` ("range" scale: z is the fraction of the attainable range);
-* otherwise the normalisation is learned from the run's own logged steps
-  ("learned" scale): ``loc`` is the median of the first few rewards and
-  ``unit`` the 10-90% spread of the rewards so far, floored at twice their
-  per-step noise (:func:`learned_unit`).
+* otherwise the normalisation is learned from the run's own logged steps:
+  ``loc`` is the median of the first few rewards and ``unit`` the 10-90% spread
+  of the rewards so far, floored by twice the per-step noise ("learned" scale).
+  A training run is normalised on all its steps, a run in progress on the steps
+  it has: the unit is then smaller early on, which measured better than a unit
+  fixed to the first quarter of the run (it keeps forecasts of runs that have
+  barely moved close to their current level).
 
-A training run is normalised on all its steps, a run in progress on the steps
-it has, so a head that has not risen yet gets a smaller unit than its whole run
-would. Making the two the same (the spread, or the noise, of the first fifth of
-every run, known to both) was tried: it met the 90% coverage target at 20% and
-30% observed in the grouped cross-validation of the real runs, but its intervals
-were several times wider and its mean error and quantile score far worse than
-this unit's (``benchmarks/results/calibration.md``), so the sharper unit stays.
+Both are computed only from the steps a run has logged so far, so a run in
+progress is normalised exactly as it will be at forecast time.
 """
 
 from __future__ import annotations
@@ -30,8 +28,6 @@ from bayes_grpo.logs import RunLog
 from bayes_grpo.measures import reward_spread
 
 SCALE_KINDS: tuple[str, ...] = ("range", "learned")
-#: Source of a run whose log names none (see :func:`run_source`).
-UNKNOWN_SOURCE = "(unknown source)"
 # Initial reward (fraction of the range) that the population effects are centred on.
 INITIAL_REWARD_CENTRE = 0.3
 
@@ -42,7 +38,6 @@ class PreparedRun:
 
     run_id: str
     family: str | None
-    source: str
     log10_size: float  # log10(params in billions); NaN when the size is unknown
     kind: str
     initial_cov: float
@@ -96,25 +91,19 @@ def start_level(p: PreparedRun) -> float:
     return early_level(p.z)
 
 
-def learned_unit(rewards: np.ndarray) -> float:
-    """Reward unit of a run without a declared range: the 10-90% spread of its rewards so far.
+def spread_scale(rewards: np.ndarray) -> float:
+    """Learned reward unit of a run without a declared range: its 10-90% reward spread so far
+    (:func:`bayes_grpo.measures.reward_spread`).
 
     Floored at twice the per-step noise so that a run that has not moved yet
-    gets a unit set by its noise. The spread keeps the unit comparable across
-    logs whose per-step noise differs tenfold (averaged or smoothed logs).
+    gets a unit set by its noise. Unlike the noise alone, this unit grows with
+    the rise a run has shown, so the population's "gain in units" stays on a
+    comparable footing for runs whose noise changes as the reward climbs.
     """
     y = np.asarray(rewards, dtype=float)
+    if y.size == 0:
+        return 1e-3
     return max(reward_spread(y), 2.0 * noise_scale(y))
-
-
-def run_source(run: RunLog | None) -> str:
-    """The source (repository / recipe / task) a run comes from: its ``source_repo`` metadata, else unknown.
-
-    Runs from one source share task, reward scale and recipe; the population
-    model gives sources their own level so a new source gets the spread between them.
-    """
-    extra = (run.meta.extra or {}) if run is not None else {}
-    return str(extra.get("source_repo") or UNKNOWN_SOURCE)
 
 
 def prepare_run(
@@ -125,12 +114,11 @@ def prepare_run(
     params_b: float | None = None,
     initial_reward: float | None = None,
     reward_range: tuple[float, float] | None = None,
-    source: str | None = None,
     require_total: bool = True,
 ) -> PreparedRun:
     """Normalise a run (or describe a run not yet started when ``run`` is None).
 
-    Keyword arguments override the run's metadata (``source`` overrides :func:`run_source`). ``total_steps`` falls back to
+    Keyword arguments override the run's metadata. ``total_steps`` falls back to
     the run's planned steps, then (only when ``require_total`` is False, as for
     finished training runs) to its last logged step.
     """
@@ -170,7 +158,7 @@ def prepare_run(
                 f"run {run_id!r}: a run with no logged steps needs reward_range=(min, max) to put the forecast on a reward scale"
             )
         kind = "learned"
-        loc, unit = early_level(rewards), learned_unit(rewards)
+        loc, unit = early_level(rewards), spread_scale(rewards)
 
     initial_z = None if initial_reward is None else (float(initial_reward) - loc) / unit
     if kind == "range":
@@ -182,7 +170,6 @@ def prepare_run(
     return PreparedRun(
         run_id=run_id,
         family=family.lower() if isinstance(family, str) else None,
-        source=source if source is not None else run_source(run),
         log10_size=log10_size,
         kind=kind,
         initial_cov=initial_cov,

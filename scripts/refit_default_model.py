@@ -26,7 +26,6 @@ import warnings
 from pathlib import Path
 
 import bayes_grpo as bg
-from bayes_grpo.calibration import shared_index
 from bayes_grpo.model import DEFAULT_MODEL_PATH
 from bayes_grpo.settings import bundled_runs_dir, shared_runs_dir
 
@@ -60,10 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     if not external:
         warnings.warn("no shared runs found: fitting on the bundled runs only", stacklevel=1)
     draws = 200 if args.quick else 1000
-    # Sources (repository / recipe / task) of the shared runs come from their index; the bundled
-    # runs carry theirs (one per generator task) in their metadata.
-    sources = shared_index(shared).set_index("run_id")["source_repo"].astype(str).to_dict() if shared is not None else {}
-    model = bg.fit(bundled + external, sources=sources, sampler_config={"draws": draws, "tune": draws, "chains": 2, "seed": args.seed}, keep_full=False)
+    model = bg.fit(bundled + external, sampler_config={"draws": draws, "tune": draws, "chains": 2, "seed": args.seed}, keep_full=False)
     print(model.diagnostics)
     model.fitted_on = provenance(bundled, shared, len(external), argv)
     written = model.save(args.out, full=False)

@@ -45,7 +45,7 @@ def test_forecast_prints_table_and_final_summary(model_file, capsys):
     lines = out.splitlines()
     assert lines[0].startswith("trl_tiny: forecast from step 3 to 6 (prior-only: 3 logged step(s)")
     assert lines[1].split() == ["step", "mean", "q05", "q25", "q50", "q75", "q95"]
-    assert [int(line.split()[0]) for line in lines[2:-1]] == [3, 4, 5, 6]
+    assert [int(line.split()[0]) for line in lines[2:-2]] == [3, 4, 5, 6]
     assert lines[-1].startswith("final reward (mean of the last 10% of steps to 6): mean ") and "90% [" in lines[-1]
     assert lines[-2].startswith("regimes: take off ahead ") and "Pareto k" in lines[-2]
 
@@ -55,7 +55,7 @@ def test_forecast_thins_long_runs(model_file, few_runs, run_files, capsys):
     run = few_runs[i]
     assert main(["forecast", run_files[i], "--model", str(model_file), "--at", str(run.steps[len(run) // 3]), "--rows", "5"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 1 + 1 + 5 + 1
+    assert len(out) == 1 + 1 + 5 + 2  # title, header, 5 rows, regimes, final
     assert "prior-only" not in out[0]
 
 

@@ -127,4 +127,4 @@ def test_installed_wheel_works_outside_the_repository(wheel: Path, tmp_path: Pat
         cwd=work, env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert cli.returncode == 0, cli.stderr[-2000:]
-    assert "final reward at step" in cli.stdout
+    assert "final reward (mean of the last 10% of steps to" in cli.stdout
