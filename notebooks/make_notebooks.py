@@ -142,7 +142,7 @@ run""",
     "## Stop probability through a run\n\nThe probability at each point is computed from the steps logged up to "
     "that point only, as `PlateauStoppingCallback` would see it during training.",
     """from bayes_grpo.report import stop_curve
-from bayes_grpo.settings import STOP_THRESHOLD  # the default threshold (0.9)
+from bayes_grpo.settings import STOP_THRESHOLD  # the default threshold (0.95)
 
 curve = stop_curve(model, run, n_points=8 if QUICK else 20)
 fig, reward_ax = plt.subplots(figsize=(7, 3))
