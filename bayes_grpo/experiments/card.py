@@ -225,24 +225,12 @@ def card_markdown(runs_dir: Path, shared: Path | None) -> str:
     lines += ["", "Median initial and final reward (mean of the last 10% of steps) per task:", "",
               "| task | runs | initial | final |", "|---|---|---|---|"]
     lines += [f"| {t} | {int((meta.task == t).sum())} | {r.initial:.3f} | {r.final:.3f} |" for t, r in by_task.iterrows()]
-    spread = seed_spread(runs)
-    lines += ["", "Seed-to-seed spread per grid setting (SD across seeds; final = mean of the last 10% of steps):", "",
-              "| family | size | task | noise | GRPO lr | seeds | initial (mean ± sd) | final (mean ± sd) |",
-              "|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r.family} | {r['size']} | {r.task} | {r.noise:g} | {r.lr:g} | {r.seeds} | "
-              f"{r.initial_mean:.3f} ± {r.initial_sd:.3f} | {r.final_mean:.3f} ± {r.final_sd:.3f} |"
-              for _, r in spread.iterrows()]
-    lines += ["", f"Median SD across seeds: initial {spread.initial_sd.median():.3f}, final {spread.final_sd.median():.3f}."]
+    lines += _seed_spread_lines("Seed-to-seed spread per grid setting (SD across seeds; final = mean of the last 10% of steps):",
+                                seed_spread(runs))
     batch = seed_spread(runs, "batch") if any(slice_of(m) == "batch" for m, _ in runs) else pd.DataFrame()
     batch = batch[batch.seeds > 1] if len(batch) else batch
     if len(batch):
-        lines += ["", "Seed-to-seed spread of the batch slice's replicated level (16 prompts per step):", "",
-                  "| family | size | task | noise | GRPO lr | seeds | initial (mean ± sd) | final (mean ± sd) |",
-                  "|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {r.family} | {r['size']} | {r.task} | {r.noise:g} | {r.lr:g} | {r.seeds} | "
-                  f"{r.initial_mean:.3f} ± {r.initial_sd:.3f} | {r.final_mean:.3f} ± {r.final_sd:.3f} |"
-                  for _, r in batch.iterrows()]
-        lines += ["", f"Median SD across seeds: initial {batch.initial_sd.median():.3f}, final {batch.final_sd.median():.3f}."]
+        lines += _seed_spread_lines("Seed-to-seed spread of the batch slice's replicated level (16 prompts per step):", batch)
     speed = meta.groupby(["part", "size"])[["n_params", "s_per_step", "warmup_time_s", "wall_time_s"]].median()
     speed = speed.reindex([(part, s) for part in ("grid", "recipe", "batch") for s in sizes]).dropna()
     lines += ["", "Speed (medians per part of the sweep and size; 1 torch thread per run on a shared 2-core CPU):", "",
@@ -297,6 +285,18 @@ def figure(runs: list[tuple[dict, pd.DataFrame]], path: Path) -> None:
     fig.tight_layout(rect=(0, 0.04, 1, 0.95))
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+
+def _seed_spread_lines(title: str, spread: pd.DataFrame) -> list[str]:
+    """A :func:`seed_spread` table as Markdown lines, under ``title``, with the median SDs below it."""
+    lines = ["", title, "",
+             "| family | size | task | noise | GRPO lr | seeds | initial (mean ± sd) | final (mean ± sd) |",
+             "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r.family} | {r['size']} | {r.task} | {r.noise:g} | {r.lr:g} | {r.seeds} | "
+              f"{r.initial_mean:.3f} ± {r.initial_sd:.3f} | {r.final_mean:.3f} ± {r.final_sd:.3f} |"
+              for _, r in spread.iterrows()]
+    return lines + ["", f"Median SD across seeds: initial {spread.initial_sd.median():.3f}, final {spread.final_sd.median():.3f}."]
 
 
 def main(argv: list[str] | None = None) -> int:
