@@ -22,6 +22,13 @@ Scores, from the full logged run (never shown to a rule; all in :mod:`bayes_grpo
 * **saved**: (last step - s) / last step;
 * **flips**: the share of consecutive checks whose decisions differ.
 
+**Nested selection** (:func:`nested_selection`): every check keeps its
+:class:`~bayes_grpo.stopping.StopEvidence`, so a grid of the rule's settings
+(threshold, tolerance, minimum fraction) is scored without new forecasts; each
+fold gets the setting that saves the most steps on the other folds with at most
+10% of their runs above 0.05 regret, and the pooled held-out figures
+(:data:`NESTED_RULE`) are the honest estimate of choosing the rule this way.
+
 Baselines: stopping at fixed fractions (40/60/80/90%), the paper's "80% of an
 epoch" (arXiv 2507.18014; :func:`epoch_fraction`: the run's declared
 ``steps_per_epoch``, else the planned run taken as one epoch), patience rules on the
@@ -37,7 +44,7 @@ import json
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,11 +52,12 @@ import numpy as np
 import pandas as pd
 
 from bayes_grpo import measures
-from bayes_grpo.calibration import BUNDLED_SOURCE, fit_fold, fold_health, grouped_splits, run_seed
+from bayes_grpo.calibration import BUNDLED_SOURCE, fit_fold, fold_health, grouped_splits, is_bundled, run_seed
 from bayes_grpo.config import ModelConfig, SamplerConfig
+from bayes_grpo.errors import BayesGrpoError
 from bayes_grpo.logs import RunLog
 from bayes_grpo.parallel import map_jobs
-from bayes_grpo.stopping import decision_from_forecast
+from bayes_grpo.stopping import StopEvidence, decision_from_forecast, stop_evidence, threshold_stop
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -70,6 +78,14 @@ EPOCH_FRACTION = 0.8
 ORACLE_REGRET = 0.05
 #: Name of the Bayesian rule at its default settings in the results.
 DEFAULT_RULE = "bayes_grpo default"
+#: Name of the rule whose settings each held-out fold gets from the other folds (:func:`nested_selection`).
+NESTED_RULE = "bayes_grpo nested CV"
+#: The settings grid of the nested selection: thresholds, tolerances (share of the logged spread), minimum fractions.
+SELECTION_THRESHOLDS = (0.7, 0.8, 0.9, 0.95, 0.99)
+SELECTION_TOLERANCES = (0.005, 0.01, 0.02)
+SELECTION_MIN_FRACTIONS = (0.2, 0.3, 0.4, 0.5)
+#: The selection's constraint: at most this share of the training runs with regret above :data:`ORACLE_REGRET`.
+MAX_BAD_SHARE = 0.10
 #: The package's files whose contents decide what a fit returns: a change in any of them refits a cached fold.
 MODEL_CODE_FILES = ("config.py", "curves.py", "population.py", "prepare.py", "model.py")
 
@@ -140,7 +156,10 @@ class RunTrace:
 
     ``probability`` is P(plateau) at each check, ``default`` the default rule's
     decisions, ``by_threshold`` the decisions at each of ``thresholds`` (shape
-    (len(thresholds), checks)), ``best_step`` the decision's checkpoint to keep.
+    (len(thresholds), checks)), ``best_step`` the decision's checkpoint to keep,
+    ``evidence`` each check's :class:`~bayes_grpo.stopping.StopEvidence` (so any
+    other setting of the rule can be scored without a new forecast: :func:`setting_decisions`),
+    and ``fold`` the backtest fold the run was held out in (-1 outside a backtest).
     """
 
     run: RunLog
@@ -153,11 +172,13 @@ class RunTrace:
     by_threshold: np.ndarray
     best_step: np.ndarray
     seconds_per_check: float = float("nan")
+    evidence: list[StopEvidence] = field(default_factory=list)
+    fold: int = -1
 
     @property
     def set(self) -> str:
         """"bundled" for the project's own runs, else "real"."""
-        return "bundled" if self.source == BUNDLED_SOURCE else "real"
+        return "bundled" if is_bundled(self.source) else "real"
 
 
 def trace(
@@ -202,7 +223,7 @@ def trace(
     run = run.with_meta(total_steps=last)
     indices, fractions = check_indices(run, every=every)
     base = run_seed(seed, run.run_id)
-    probability, default, best, by_threshold = [], [], [], []
+    probability, default, best, by_threshold, evidence = [], [], [], [], []
     started = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -211,8 +232,9 @@ def trace(
             decision = decision_from_forecast(fc)
             probability.append(decision.probability)
             default.append(decision.should_stop)
-            best.append(getattr(decision, "best_step", np.nan))
-            by_threshold.append([decision_from_forecast(fc, threshold=t).should_stop for t in thresholds])
+            best.append(decision.best_step)
+            evidence.append(stop_evidence(fc))
+            by_threshold.append([threshold_stop(evidence[-1], threshold=t) for t in thresholds])
     seconds = (time.perf_counter() - started) / max(len(indices), 1)
     return RunTrace(
         run=run,
@@ -225,6 +247,7 @@ def trace(
         by_threshold=np.asarray(by_threshold, dtype=bool).reshape(len(indices), len(thresholds)).T,
         best_step=np.asarray(best, dtype=float),
         seconds_per_check=seconds,
+        evidence=evidence,
     )
 
 
@@ -332,8 +355,7 @@ def baseline_rules() -> dict[str, Rule]:
 
 
 def _row(tr: RunTrace, rule: str, threshold: float, decisions: np.ndarray) -> dict[str, Any]:
-    hits = np.flatnonzero(decisions)
-    stop_index = int(tr.indices[hits[0]]) if hits.size else None
+    stop_index = _first_stop(tr, decisions)
     flips = float(np.mean(decisions[1:] != decisions[:-1])) if decisions.size > 1 else 0.0
     flip_back = bool(np.any(decisions[:-1] & ~decisions[1:])) if decisions.size > 1 else False
     return {
@@ -455,6 +477,144 @@ def tradeoff_figure(summary: pd.DataFrame, title: str = "") -> Figure:
     ax.set_title(title or "stopping rules: compute saved against bad stops", fontsize=10)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return fig
+
+
+# ------------------------------------------------------------------ nested selection of the rule's settings
+
+
+@dataclass(frozen=True)
+class RuleSetting:
+    """One setting of the threshold mode (:func:`bayes_grpo.stopping.threshold_stop`)."""
+
+    threshold: float
+    tolerance: float
+    min_fraction: float
+
+    @property
+    def label(self) -> str:
+        """Short name, e.g. ``"threshold 0.95, tolerance 0.01, from 30%"``."""
+        return f"threshold {self.threshold:g}, tolerance {self.tolerance:g}, from {self.min_fraction:.0%}"
+
+
+def selection_grid(
+    thresholds: Sequence[float] = SELECTION_THRESHOLDS,
+    tolerances: Sequence[float] = SELECTION_TOLERANCES,
+    min_fractions: Sequence[float] = SELECTION_MIN_FRACTIONS,
+) -> list[RuleSetting]:
+    """Every combination of the given thresholds, tolerances and minimum fractions (defaults: the ``SELECTION_*`` grids)."""
+    return [RuleSetting(t, tol, f) for t in thresholds for tol in tolerances for f in min_fractions]
+
+
+def setting_decisions(tr: RunTrace, setting: RuleSetting) -> np.ndarray:
+    """The decision of ``setting`` at each check of ``tr``, from its stored evidence (no new forecast).
+
+    Example
+    -------
+    >>> setting_decisions(tr, RuleSetting(0.9, 0.01, 0.3))  # doctest: +SKIP
+    """
+    return np.array(
+        [threshold_stop(e, threshold=setting.threshold, tolerance=setting.tolerance, min_fraction=setting.min_fraction) for e in tr.evidence],
+        dtype=bool,
+    )
+
+
+@dataclass
+class NestedSelection:
+    """Nested cross-validation of the rule's settings: held-out results and what each fold's training runs picked.
+
+    ``results`` has one row per run (rule :data:`NESTED_RULE`, the columns of
+    :func:`evaluate`), each scored with the setting its fold's training runs
+    chose; ``picks`` has one row per fold: the setting, whether it met the
+    constraint on the training runs, its mean saved share and share of regret
+    above the limit there, and the held-out figures of the fold.
+    """
+
+    results: pd.DataFrame
+    picks: pd.DataFrame
+
+
+def nested_selection(
+    traces: Sequence[RunTrace],
+    settings: Sequence[RuleSetting] | None = None,
+    *,
+    max_bad_share: float = MAX_BAD_SHARE,
+    limit: float = ORACLE_REGRET,
+) -> NestedSelection:
+    """Choose the rule's setting on the other folds, score it on the held-out fold, for every fold.
+
+    On the training runs of each outer fold (every fold but the held-out one),
+    the chosen setting is the one with the largest mean share of steps saved
+    among those with at most ``max_bad_share`` of runs above ``limit`` regret;
+    when none qualifies, the one with the fewest such runs (then the most saved).
+    Ties go to the earlier setting of ``settings``. The held-out runs are then
+    scored with it, so the pooled held-out figures are an honest estimate of
+    the selected rule on unseen sources. Every check's forecast is computed once
+    (:attr:`RunTrace.evidence`); a grid of settings costs seconds.
+
+    Parameters
+    ----------
+    traces : sequence of RunTrace
+        Replays with evidence and fold (from :func:`backtest`).
+    settings : sequence of RuleSetting, optional
+        Candidates (default :func:`selection_grid`).
+    max_bad_share : float
+        Largest share of training runs allowed above ``limit`` regret.
+    limit : float
+        The regret a stop must not exceed.
+
+    Returns
+    -------
+    NestedSelection
+
+    Raises
+    ------
+    BayesGrpoError
+        For fewer than two folds, or traces without evidence.
+
+    Example
+    -------
+    >>> summarise(nested_selection(bt.traces).results)  # doctest: +SKIP
+    """
+    settings = list(selection_grid() if settings is None else settings)
+    folds = sorted({tr.fold for tr in traces})
+    if len(folds) < 2 or not settings:
+        raise BayesGrpoError("nested selection needs traces from at least two folds and at least one setting")
+    if any(len(tr.evidence) != tr.indices.size for tr in traces):
+        raise BayesGrpoError("nested selection needs the evidence of every check (traces from bayes_grpo.backtest.trace)")
+    decisions = [[setting_decisions(tr, s) for tr in traces] for s in settings]
+    scores = [[score(tr.run, _first_stop(tr, d)) for tr, d in zip(traces, row)] for row in decisions]
+    saved = np.array([[sc["saved"] for sc in row] for row in scores])
+    bad = np.array([[sc["regret"] > limit for sc in row] for row in scores])
+    fold_of = np.array([tr.fold for tr in traces])
+    rows, picks = [], []
+    for fold in folds:
+        train, held = fold_of != fold, np.flatnonzero(fold_of == fold)
+        train_saved, train_bad = saved[:, train].mean(axis=1), bad[:, train].mean(axis=1)
+        feasible = train_bad <= max_bad_share + 1e-12
+        # np.lexsort sorts by its last key first: feasible settings first (else the fewest bad stops), then the most saved, then grid order.
+        first_key = ~feasible if feasible.any() else train_bad
+        best = int(np.lexsort((np.arange(len(settings)), -train_saved, first_key))[0])
+        rows += [_row(traces[j], NESTED_RULE, np.nan, decisions[best][j]) for j in held]
+        picks.append(
+            {
+                "fold": fold,
+                **asdict(settings[best]),
+                "feasible": bool(feasible[best]),
+                "train_runs": int(train.sum()),
+                "train_mean_saved": float(train_saved[best]),
+                f"train_share_regret_gt_{limit:.2f}": float(train_bad[best]),
+                "held_out_runs": int(held.size),
+                "held_out_mean_saved": float(saved[best, held].mean()),
+                f"held_out_share_regret_gt_{limit:.2f}": float(bad[best, held].mean()),
+            }
+        )
+    return NestedSelection(results=pd.DataFrame(rows), picks=pd.DataFrame(picks))
+
+
+def _first_stop(tr: RunTrace, decisions: np.ndarray) -> int | None:
+    """Index into ``tr.run.steps`` of the first check that says stop (None: never)."""
+    hits = np.flatnonzero(decisions)
+    return int(tr.indices[hits[0]]) if hits.size else None
 
 
 # ------------------------------------------------------------------ grouped cross-validated backtest
@@ -587,6 +747,8 @@ def run_backtest_fold(job: BacktestJob) -> tuple[list[RunTrace], dict[str, Any]]
         )
         for run in job.test
     ]
+    for tr in traces:
+        tr.fold = job.fold
     health = {"fold": job.fold, "train_runs": len(job.train), "test_runs": len(job.test)}
     if job.model is None:
         health.update(fold_health(model), cached=from_cache)
@@ -595,11 +757,17 @@ def run_backtest_fold(job: BacktestJob) -> tuple[list[RunTrace], dict[str, Any]]
 
 @dataclass
 class Backtest:
-    """A backtest's replays, per-(run, rule) results, and each fold's fit health."""
+    """A backtest's replays, per-(run, rule) results, each fold's fit health, and the nested selection.
+
+    ``results`` holds the rows of :func:`evaluate` and, with two folds or more,
+    those of :data:`NESTED_RULE` (:func:`nested_selection`); ``selection`` is
+    that selection (None with one fold).
+    """
 
     traces: list[RunTrace]
     results: pd.DataFrame
     folds: pd.DataFrame
+    selection: NestedSelection | None = None
 
 
 def backtest(
@@ -682,4 +850,8 @@ def backtest(
     ]
     done = map_jobs(run_backtest_fold, jobs, n_jobs=n_jobs, cluster=cluster, progress=progress, desc="backtest folds")
     traces = [tr for fold_traces, _ in done for tr in fold_traces]
-    return Backtest(traces=traces, results=evaluate(traces), folds=pd.DataFrame([h for _, h in done]))
+    results = evaluate(traces)
+    selection = nested_selection(traces) if len({tr.fold for tr in traces}) > 1 else None
+    if selection is not None:
+        results = pd.concat([results, selection.results], ignore_index=True)
+    return Backtest(traces=traces, results=results, folds=pd.DataFrame([h for _, h in done]), selection=selection)

@@ -58,7 +58,7 @@ from bayes_grpo.errors import BayesGrpoError, LogError
 from bayes_grpo.forecast import PARETO_K_MAX
 from bayes_grpo.logs import RunLog, load_runs
 from bayes_grpo.parallel import map_jobs
-from bayes_grpo.settings import EVALUATION_FRACTIONS, FORECAST_QUANTILES, shared_runs_dir
+from bayes_grpo.settings import EVALUATION_FRACTIONS, FORECAST_QUANTILES, GENERATOR_SOURCE, shared_runs_dir
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from bayes_grpo.forecast import Forecast
     from bayes_grpo.model import FittedModel
 
-#: Source name given to every run bundled with the repository (they form one group).
+#: Source name of a run that records none (a bundled run records its generator task, :func:`is_bundled`).
 BUNDLED_SOURCE = "bundled"
 Quantity = Literal["window", "final"]
 
@@ -135,6 +135,12 @@ def source_of(run: RunLog, index: Mapping[str, str] | None = None) -> str:
     return str(source) if source else BUNDLED_SOURCE
 
 
+def is_bundled(source: str) -> bool:
+    """Whether a source is the project's own: a generator task (:data:`~bayes_grpo.settings.GENERATOR_SOURCE`
+    ``/<task>``, what the bundled runs record) or :data:`BUNDLED_SOURCE` (a run that names none)."""
+    return source == BUNDLED_SOURCE or source.startswith(GENERATOR_SOURCE + "/")
+
+
 def load_evaluation_runs(
     shared_dir: str | Path | None = None, *, bundled: bool = True, max_runs: int | None = None, seed: int = 0
 ) -> tuple[list[RunLog], dict[str, str]]:
@@ -145,7 +151,7 @@ def load_evaluation_runs(
     shared_dir : path, optional
         Folder of the shared runs (default: :func:`bayes_grpo.settings.shared_runs_dir`).
     bundled : bool
-        Add the runs bundled with the repository, as one source.
+        Add the runs bundled with the repository (one source per generator task).
     max_runs : int, optional
         Keep this many runs, taken one per source in turn (sources in a
         seeded random order), so a small subset still spans many sources.
@@ -596,7 +602,7 @@ def cross_validate(
     results = map_jobs(run_fold, jobs, n_jobs=n_jobs, cluster=cluster, progress=progress, desc="calibration folds")
     scores = pd.concat([s for s, _ in results], ignore_index=True)
     scores["source"] = scores["run_id"].map(sources)
-    scores["set"] = np.where(scores["source"] == BUNDLED_SOURCE, "bundled", "real")
+    scores["set"] = np.where(scores["source"].map(is_bundled), "bundled", "real")
     return CrossValidation(scores=scores, folds=pd.DataFrame([h for _, h in results]))
 
 

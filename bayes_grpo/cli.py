@@ -312,6 +312,7 @@ def _summary(run: RunLog) -> str:
 
 def _add_sampler_args(parser: argparse.ArgumentParser) -> None:
     """Sampler settings shared by ``fit`` and ``demo``."""
+    from bayes_grpo.config import PARAMETERISATIONS, ModelConfig
     from bayes_grpo.curves import CURVE_FORMS, DEFAULT_FORM
 
     parser.add_argument("--quick", action="store_true", help="short sampler run (200 draws, 200 tuning steps): a few minutes, rougher intervals")
@@ -319,6 +320,11 @@ def _add_sampler_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draws", type=_positive_int, help="posterior draws per chain (default 1000, 200 with --quick)")
     parser.add_argument("--tune", type=_positive_int, help="tuning steps per chain (default 1000, 200 with --quick)")
     parser.add_argument("--chains", type=_positive_int, default=2, help="number of chains (default 2)")
+    parser.add_argument(
+        "--parameterisation", choices=PARAMETERISATIONS, default=ModelConfig.parameterisation,
+        help=f"how NUTS sees the per-run parameters (default {ModelConfig.parameterisation}); 'centred' is about 2.6x "
+        "faster on large, varied run sets (e.g. the 201 bundled + shared runs), 'non_centred' safer on small sweeps of similar runs",
+    )  # fmt: skip
     parser.add_argument("--seed", type=_non_negative_int, default=0, help="random seed of the sampler and the forecasts: one seed, one result (default 0)")
 
 
@@ -336,7 +342,10 @@ def _fit(runs: RunSet, args: argparse.Namespace) -> FittedModel:
     print(f"fitting the {args.form} hierarchy to {len(runs)} runs{' (quick mode)' if args.quick else ''} ...", file=sys.stderr)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeWarning)
-        model = fit(runs, form=args.form, draws=args.draws or quick, tune=args.tune or quick, chains=args.chains, seed=args.seed)
+        model = fit(
+            runs, model_config={"parameterisation": args.parameterisation}, form=args.form,
+            draws=args.draws or quick, tune=args.tune or quick, chains=args.chains, seed=args.seed,
+        )  # fmt: skip
     for w in caught:
         if issubclass(w.category, RuntimeWarning) and "converged" in str(w.message):
             _warn(w.message)

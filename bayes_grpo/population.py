@@ -26,8 +26,9 @@ Normal given population values and covariates), :func:`observation` (mean and
 scale of a binned observation) and :func:`population_priors` (the population
 level), each written once against an array namespace (NumPy or PyTensor):
 
-* :func:`build_model` - the PyMC model that is fitted (non-centred:
-  ``theta = loc + scale * e``);
+* :func:`build_model` - the PyMC model that is fitted (non-centred by default,
+  ``theta = loc + scale * e``, or centred, ``theta ~ Normal(loc, scale)``:
+  :attr:`~bayes_grpo.config.ModelConfig.parameterisation`);
 * :class:`RunPrior` and :func:`log_likelihood` - the density that conditions one
   run at forecast time (:mod:`bayes_grpo.forecast`);
 * :func:`simulate` - the posterior predictive of logged rewards (report PPCs).
@@ -57,7 +58,7 @@ from bayes_grpo.prepare import SCALE_KINDS, PreparedRun, bin_observations, centr
 
 #: Per-run parameters, in the unconstrained space the forecast samples.
 PARAMS = ("r0", "asinh_gain", "log_tau", "log_beta", "log_sigma")
-#: Name of each parameter's standard-normal offset in the PyMC model.
+#: Name of each parameter's standard-normal offset in the non-centred PyMC model.
 OFFSETS = {"r0": "e_r0", "asinh_gain": "e_gain", "log_tau": "e_tau", "log_beta": "e_beta", "log_sigma": "e_sig"}
 #: Population-level variables kept in a fitted model (the per-run ones are not).
 POPULATION_VARS = (
@@ -297,6 +298,20 @@ class RunPrior:
         return logsumexp(log_norm[None] - 0.5 * quad, axis=1) - np.log(rows.size)
 
 
+def sampled_name(name: str, config: ModelConfig) -> str:
+    """Name of the PyMC variable NUTS samples for per-run parameter ``name``: itself (centred) or its offset."""
+    return name if config.parameterisation == "centred" else OFFSETS[name]
+
+
+def per_run_variable(name: str, loc: Any, scale: Any, config: ModelConfig) -> Any:
+    """Per-run parameter ``name`` ~ Normal(loc, scale), written as ``config.parameterisation`` says."""
+    import pymc as pm
+
+    if config.parameterisation == "centred":
+        return pm.Normal(name, loc, scale, dims="run")
+    return loc + scale * pm.Normal(OFFSETS[name], 0, 1, dims="run")
+
+
 def build_model(prepared: list[PreparedRun], config: ModelConfig | None = None, centres: Sequence[float] | None = None, **overrides: Any) -> Any:
     """The hierarchical PyMC model of prepared runs (observations binned to ``config.max_bins``).
 
@@ -358,14 +373,15 @@ def build_model(prepared: list[PreparedRun], config: ModelConfig | None = None, 
         loc, scale = run_prior(population_priors(config), cov, config, xp=pt)
         has_beta = get_form(config.form).has_beta
         theta = {
-            name: loc[name] + scale[name] * pm.Normal(OFFSETS[name], 0, 1, dims="run")
+            name: per_run_variable(name, loc[name], scale[name], config)
             for name in ("asinh_gain", "log_tau", "r0", "log_sigma", "log_beta")
             if name != "log_beta" or has_beta
         }
         theta.setdefault("log_beta", pt.zeros(len(prepared)))
         params = natural(theta, xp=pt)
         for name in ("gain", "tau", "r0", "sigma") + (("beta",) if has_beta else ()):
-            params[name] = pm.Deterministic(name, params[name], dims="run")
+            if name not in model.named_vars:  # a centred fit samples r0 itself
+                params[name] = pm.Deterministic(name, params[name], dims="run")
         mu, noise = observation(config, t_data, count_data, {name: value[run_idx] for name, value in params.items()}, xp=pt)
         pm.StudentT("z_obs", nu=config.student_nu, mu=mu, sigma=noise, observed=z_data, dims="obs")
     return model

@@ -84,3 +84,8 @@ def bundled_runs_dir() -> Path:
     if spec is not None and spec.submodule_search_locations:
         return Path(next(iter(spec.submodule_search_locations))) / "runs"
     return _REPO_BUNDLED
+
+
+#: ``source_repo`` of the runs the project generates (``bayes_grpo.experiments.generate``); each
+#: bundled run's source is this plus ``/<task>``, so cross-validation can group them by task.
+GENERATOR_SOURCE = "bayes_grpo/generator"

@@ -1,6 +1,6 @@
 """Forecast calibration benchmark: cross-validation grouped by source, at 20/30/50% observed.
 
-Every run (the shared external runs, plus the bundled runs as one source) is
+Every run (the shared external runs, plus the bundled runs, one source per generator task) is
 cut at 20%, 30% and 50% of its planned steps and forecast to its end by a model
 fitted on the other folds, with folds grouped by ``source_repo`` so that no
 source is on both sides (``bayes_grpo.calibration.cross_validate``). Scores use
@@ -107,7 +107,7 @@ def main() -> None:
         "# Forecast calibration: cross-validation grouped by source\n\n",
         provenance(seconds),
         f"\n{len(runs)} runs ({n_real} real runs scored, {n_bundled} bundled) from {len(set(sources.values()))} sources "
-        f"in {args.folds} folds; no source is on both sides of a fold (the bundled runs are one source). "
+        f"in {args.folds} folds; no source is on both sides of a fold (each generator task of the bundled runs is one source). "
         f"Fit options per fold: {options or 'package defaults'}. Each run is cut at 20/30/50% of its planned steps "
         "(cuts that already reach the final window are not scored). All figures in units of each run's 10-90% reward "
         "spread: error = |forecast mean - truth|, truth = mean reward over the last 10% of logged steps, persistence = "

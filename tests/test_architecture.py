@@ -16,11 +16,10 @@ import pytest
 import xarray as xr
 
 import bayes_grpo as bg
-from bayes_grpo.config import ModelConfig
+from bayes_grpo.config import PARAMETERISATIONS, ModelConfig
 from bayes_grpo.curves import CURVE_FORMS, plateau_progress, shape
 from bayes_grpo.model import FittedModel
 from bayes_grpo.population import (
-    OFFSETS,
     PARAMS,
     POPULATION_VARS,
     RunPrior,
@@ -29,6 +28,7 @@ from bayes_grpo.population import (
     log_likelihood,
     normal_logpdf,
     run_prior,
+    sampled_name,
     simulate,
 )
 from bayes_grpo.prepare import bin_observations, prepare_run, size_centres
@@ -145,12 +145,14 @@ def _evaluate(model, names: list[str], point: dict) -> list[np.ndarray]:
     return fn(point)
 
 
+@pytest.mark.parametrize("parameterisation", PARAMETERISATIONS)
 @pytest.mark.parametrize("form", list(CURVE_FORMS))
-def test_pymc_and_forecast_densities_agree(form):
-    """Random population values and per-run offsets: the two log-densities agree to 1e-6."""
+def test_pymc_and_forecast_densities_agree(form, parameterisation):
+    """Random population values and per-run parameters (or offsets): the two log-densities agree to 1e-6."""
     pm = pytest.importorskip("pymc")
     prepared = [prepare_run(r) for r in _runs()]
-    config = ModelConfig(form=form, max_bins=30)
+    config = ModelConfig(form=form, max_bins=30, parameterisation=parameterisation)
+    centred = parameterisation == "centred"
     centres = size_centres(prepared)
     model = build_model(prepared, config, centres)
     rng = np.random.default_rng(1)
@@ -164,26 +166,31 @@ def test_pymc_and_forecast_densities_agree(form):
     per_run = ["r0", "gain", "tau", "sigma"] + (["beta"] if "beta" in model.named_vars else [])
     deterministic = dict(zip(per_run, _evaluate(model, per_run, point)))
 
-    offsets = {name: point[OFFSETS[name]] if OFFSETS[name] in point else np.zeros(len(prepared)) for name in PARAMS}
+    names = {name: sampled_name(name, config) for name in PARAMS}
+    sampled_values = {name: point[v] if v in point else np.zeros(len(prepared)) for name, v in names.items()}
     numpy_lik = numpy_prior = 0.0
     for r, p in enumerate(prepared):
         cov = covariates(p, centres, families)
         loc, scale = run_prior(pop, cov, config)
-        theta = np.array([[np.ravel(loc[name])[0] + np.ravel(scale[name])[0] * offsets[name][r] for name in PARAMS]])
+        if centred:
+            theta = np.array([[sampled_values[name][r] for name in PARAMS]])
+        else:
+            theta = np.array([[np.ravel(loc[name])[0] + np.ravel(scale[name])[0] * sampled_values[name][r] for name in PARAMS]])
         # The per-run transform matches the PyMC deterministics.
         assert np.sinh(theta[0, 1]) == pytest.approx(float(deterministic["gain"][r]), rel=1e-9, abs=1e-12)
         assert np.exp(theta[0, 2]) == pytest.approx(float(deterministic["tau"][r]), rel=1e-9)
         assert theta[0, 0] == pytest.approx(float(deterministic["r0"][r]), rel=1e-9, abs=1e-12)
         t, z, counts = bin_observations(p.t, p.z, config.max_bins)
         numpy_lik += float(log_likelihood(config, theta, t, z, counts)[0])
-        sampled = [j for j, name in enumerate(PARAMS) if OFFSETS[name] in point]
+        sampled = [j for j, name in enumerate(PARAMS) if names[name] in point]
         loc_v = np.array([np.ravel(loc[PARAMS[j]])[0] for j in sampled])
         scale_v = np.array([np.ravel(scale[PARAMS[j]])[0] for j in sampled])
-        # Density of theta minus the Jacobian of theta = loc + scale * e gives the density of the offsets e.
-        numpy_prior += float(normal_logpdf(theta[:, sampled], loc_v, scale_v)[0]) + float(np.sum(np.log(scale_v)))
+        # Non-centred: the density of theta plus the Jacobian of theta = loc + scale * e is the density of e.
+        jacobian = 0.0 if centred else float(np.sum(np.log(scale_v)))
+        numpy_prior += float(normal_logpdf(theta[:, sampled], loc_v, scale_v)[0]) + jacobian
 
     pymc_lik = float(model.compile_logp(vars=[model["z_obs"]])(point))
-    pymc_prior = float(model.compile_logp(vars=[model[OFFSETS[n]] for n in PARAMS if OFFSETS[n] in point])(point))
+    pymc_prior = float(model.compile_logp(vars=[model[names[n]] for n in PARAMS if names[n] in point])(point))
     assert numpy_lik == pytest.approx(pymc_lik, abs=1e-6, rel=1e-9)
     assert numpy_prior == pytest.approx(pymc_prior, abs=1e-6, rel=1e-9)
 

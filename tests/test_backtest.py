@@ -9,7 +9,9 @@ import pytest
 import bayes_grpo as bg
 from bayes_grpo import backtest, measures
 from bayes_grpo.calibration import load_evaluation_runs
+from bayes_grpo.errors import BayesGrpoError
 from bayes_grpo.settings import shared_runs_dir
+from bayes_grpo.stopping import StopEvidence
 
 
 def _run(rewards: np.ndarray, steps: np.ndarray | None = None, run_id: str = "synthetic") -> bg.RunLog:
@@ -117,6 +119,40 @@ def test_results_count_stops_regret_and_flips() -> None:
     assert fig.axes and fig.axes[0].get_xlabel() == "share of runs with regret > 0.05"
 
 
+def _evidence_trace(run: bg.RunLog, fold: int) -> backtest.RunTrace:
+    """A trace whose stored evidence says "no gain left" at every check, held out in ``fold``."""
+    tr = _trace(run)
+    tr.fold = fold
+    tr.evidence = [
+        StopEvidence(step=int(run.steps[i]), total_steps=int(run.steps[-1]), gain=np.zeros(50), spread=1.0, best_step=int(run.steps[i]), drop=0.0, drop_se=0.0)
+        for i in tr.indices
+    ]
+    return tr
+
+
+def test_nested_selection_picks_on_the_other_folds_and_scores_the_held_out_one() -> None:
+    flat = [_evidence_trace(_run(0.5 + 0.001 * np.cos(np.arange(100) + k), run_id=f"flat{k}"), fold=0) for k in range(3)]
+    rising = [_evidence_trace(_run(RISE_THEN_FLAT + 0.001 * np.cos(np.arange(100) + k), run_id=f"rise{k}"), fold=1) for k in range(3)]
+    early, late = backtest.RuleSetting(0.9, 0.01, 0.2), backtest.RuleSetting(0.9, 0.01, 0.6)
+    assert backtest.setting_decisions(flat[0], early).tolist() == list(flat[0].fractions >= 0.2 - 1e-9)
+    selection = backtest.nested_selection(flat + rising, [early, late])
+    picks = selection.picks.set_index("fold")
+    # Held-out flat runs: the rising runs forbid the early stop. Held-out rising runs: the flat runs allow it,
+    # and it is scored as the bad stop it is on them.
+    assert picks.loc[0, "min_fraction"] == 0.6 and picks.loc[1, "min_fraction"] == 0.2
+    assert picks.loc[1, "feasible"] and picks.loc[1, "held_out_share_regret_gt_0.05"] == 1.0
+    rows = selection.results.set_index("run_id")
+    assert set(rows["rule"]) == {backtest.NESTED_RULE} and len(rows) == 6
+    assert rows.loc["flat0", "stop_step"] == 60 and rows.loc["rise0", "stop_step"] == 20 and rows.loc["rise0", "regret"] > 0.05
+    # Rises ending at steps 30, 50 and 80: both settings stop one or more of them too early, the later one fewer.
+    uneven = [_evidence_trace(_run(np.minimum(np.arange(100) / end, 1.0), run_id=f"uneven{end}"), fold=1) for end in (30, 50, 80)]
+    fewest_bad = backtest.nested_selection(flat + uneven, [early, late]).picks.set_index("fold")
+    assert not fewest_bad.loc[0, "feasible"] and fewest_bad.loc[0, "min_fraction"] == 0.6
+    assert fewest_bad.loc[0, "train_share_regret_gt_0.05"] == pytest.approx(1 / 3)
+    with pytest.raises(BayesGrpoError):
+        backtest.nested_selection(flat, [early])  # one fold: nothing to hold out
+
+
 @pytest.mark.slow
 def test_grouped_backtest_replays_real_runs_with_a_real_model(quick_model) -> None:
     if shared_runs_dir() is None:
@@ -129,7 +165,11 @@ def test_grouped_backtest_replays_real_runs_with_a_real_model(quick_model) -> No
         assert np.all((tr.probability >= 0) & (tr.probability <= 1))
         assert np.all(tr.by_threshold[1] <= tr.by_threshold[0])  # a higher threshold never stops where a lower one goes on
         assert tr.set == "real"
+        assert len(tr.evidence) == tr.indices.size and tr.fold in (0, 1)
+        assert np.array_equal(backtest.setting_decisions(tr, backtest.RuleSetting(0.99, bg.settings.STOP_TOLERANCE, 0.3)), tr.by_threshold[1])
     assert set(result.results["run_id"]) == {r.run_id for r in runs}
+    assert result.selection is not None and len(result.selection.picks) == 2
+    assert (result.results["rule"] == backtest.NESTED_RULE).sum() == len(runs)
     oracle = result.results[result.results["rule"].str.startswith("hindsight oracle")]
     assert (oracle["regret"] <= backtest.ORACLE_REGRET).all()
     assert list(result.folds["test_runs"]) == [1, 1]

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import bayes_grpo as bg
 from bayes_grpo import calibration, measures
 from bayes_grpo.errors import BayesGrpoError
 from bayes_grpo.settings import FORECAST_QUANTILES, shared_runs_dir
@@ -64,6 +65,18 @@ def test_sources_come_from_the_loaded_metadata_and_match_the_index(shared_runs) 
     stripped = runs[0].with_meta(extra={})  # no metadata: joined on the index, else bundled
     assert calibration.source_of(stripped, index.to_dict()) == index[runs[0].run_id]
     assert calibration.source_of(stripped) == calibration.BUNDLED_SOURCE
+
+
+def test_bundled_runs_are_grouped_by_generator_task_and_labelled_bundled() -> None:
+    try:
+        runs = bg.load_runs()
+    except bg.LogError:
+        pytest.skip("no bundled runs in data/runs")
+    sources = {calibration.source_of(run) for run in runs}
+    assert len(sources) > 1 and all(calibration.is_bundled(s) for s in sources)
+    assert calibration.is_bundled(calibration.BUNDLED_SOURCE)
+    if shared_runs_dir() is not None:
+        assert not any(calibration.is_bundled(s) for s in calibration.shared_index()["source_repo"].astype(str))
 
 
 def test_a_small_subset_spans_many_sources() -> None:

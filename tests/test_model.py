@@ -17,6 +17,8 @@ from bayes_grpo.config import ModelConfig, SamplerConfig, merge
 from bayes_grpo.curves import fit_paper_law, reward_curve
 from bayes_grpo.errors import ModelError
 from bayes_grpo.model import DEFAULT_MODEL_PATH, FORMAT_ATTR, FORMAT_VERSION
+from bayes_grpo.population import OFFSETS, build_model
+from bayes_grpo.prepare import prepare_run
 from bayes_grpo.settings import shared_runs_dir
 
 SHARED = shared_runs_dir()
@@ -135,6 +137,8 @@ def test_configs_take_overrides_and_refuse_unknown_settings():
     assert merge(SamplerConfig(seed=3), None) == SamplerConfig(seed=3)
     with pytest.raises(ModelError, match="unknown curve form"):
         ModelConfig(form="cubic")
+    with pytest.raises(ModelError, match="unknown parameterisation"):
+        ModelConfig(parameterisation="centered")
     with pytest.raises(ModelError, match="unknown model_config setting"):
         merge(ModelConfig(), {"max_bin": 3})
     with pytest.raises(ModelError, match="sampler_config.sampler"):
@@ -219,3 +223,13 @@ def test_paper_law_point_fit_recovers_a_sigmoid():
     assert law.t0 == pytest.approx(0.4, abs=0.02)
     assert law.delta == pytest.approx(12, rel=0.1)
     assert law.slow_start_end < law.t0 < law.plateau_start
+
+
+@pytest.mark.parametrize("parameterisation", ["centred", "non_centred"])
+def test_both_parameterisations_sample_the_per_run_parameters_they_name(parameterisation):
+    runs = [simulated_run(f"p{i}", "qwen", 0.4, seed=i, n_steps=80) for i in range(2)]
+    model = build_model([prepare_run(r) for r in runs], ModelConfig(parameterisation=parameterisation, max_bins=20))
+    free = {v.name for v in model.free_RVs}
+    expected = {"asinh_gain", "log_tau", "log_beta", "r0", "log_sigma"} if parameterisation == "centred" else set(OFFSETS.values())
+    assert expected <= free
+    assert {"gain", "tau", "beta", "r0", "sigma"} <= set(model.named_vars)  # the per-run parameters either way

@@ -23,6 +23,8 @@ from bayes_grpo.stopping import (
     probability_from_forecast,
     remaining_gain,
     reward_scale,
+    stop_evidence,
+    threshold_stop,
     trend_gain,
 )
 
@@ -258,6 +260,25 @@ def test_a_run_that_fell_stops_even_when_its_forecast_rises_again() -> None:
     assert "fallen from its peak" in decision.explain()
     assert not decision_from_forecast(recovering, min_fraction=0.8).should_stop  # 600 of 800 logged: too early
     assert not fallen(_forecast(np.full((3, 61), 0.5), FLAT_RUN, STEPS, np.full(3, 0.5)))
+
+
+@pytest.mark.parametrize(("threshold", "tolerance", "min_fraction"), [(0.9, 0.01, 0.0), (0.5, 0.3, 0.0), (0.9, 0.01, 0.5), (0.99, 0.001, 0.7)])
+def test_threshold_stop_on_stored_evidence_is_the_decision(threshold: float, tolerance: float, min_fraction: float) -> None:
+    peaked = _peaked_run(0)
+    forecasts = [
+        _rising(np.full(100, 0.0001)),
+        _rising(np.linspace(0.0, 0.3, 100)),
+        _forecast(np.linspace(0.2, 0.7, 201)[None].repeat(3, axis=0), peaked, np.arange(600, 801), np.full(3, 0.2)),  # fallen
+    ]
+    decisions = []
+    for fc in forecasts:
+        evidence = stop_evidence(fc)
+        decision = decision_from_forecast(fc, threshold=threshold, tolerance=tolerance, min_fraction=min_fraction)
+        assert threshold_stop(evidence, threshold=threshold, tolerance=tolerance, min_fraction=min_fraction) == decision.should_stop
+        assert evidence.probability(tolerance) == decision.probability == probability_from_forecast(fc, tolerance)
+        assert evidence.best_step == decision.best_step
+        decisions.append(decision.should_stop)
+    assert decisions[2] == (min_fraction <= 0.75)  # 600 of 800 steps logged
 
 
 def test_a_run_in_a_dip_waits_for_it_to_recover_or_deepen() -> None:

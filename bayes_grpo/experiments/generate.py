@@ -25,6 +25,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from bayes_grpo.settings import GENERATOR_SOURCE
+
 from . import tasks
 from .models import FAMILIES, SIZES, WARMUP_LR, build_model, build_tokenizer, count_params
 
@@ -33,7 +35,7 @@ CSV_METRICS = ("reward", "reward_std", "frac_reward_zero_std", "kl", "entropy", 
 """TRL metrics written to the CSV when logged (``kl`` only when ``beta > 0``), then ``rewards/<name>/mean``."""
 EVAL_SEED = 10_000
 """Seed of the fixed evaluation prompts (from the GRPO split) that measure the initial reward."""
-SOURCE_REPO = "bayes_grpo/generator"
+SOURCE_REPO = GENERATOR_SOURCE
 """``source_repo`` of every bundled run; ``/<task>`` is appended so each task is its own source."""
 
 
