@@ -65,6 +65,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bayes_grpo.config import PARAMETERISATIONS, ModelConfig
+
 RESULTS = Path(__file__).resolve().parent / "results"
 #: Simulated runs per source, when the population has source levels (real data: 77 runs from 26 sources).
 RUNS_PER_SOURCE = 5
@@ -72,7 +74,7 @@ RUNS_PER_SOURCE = 5
 REWARD_RANGE = (0.0, 1.0)
 RANGE_KIND = 0
 #: Columns that identify one setting (a new row replaces an old one with the same values).
-FIT_KEY = ["runs", "steps", "draws", "chains", "sampler"]
+FIT_KEY = ["runs", "steps", "draws", "chains", "sampler", "parameterisation"]
 GRADIENT_KEY = ["runs", "steps", "backend"]
 
 
@@ -174,6 +176,7 @@ def _peak_mb() -> float:
 def fit_worker(spec: dict) -> dict:
     """Simulate and fit one setting in this process; returns the measured row."""
     import bayes_grpo as bg
+    from bayes_grpo.config import merge
 
     warnings.simplefilter("ignore")
     truth_model = bg.default_model()
@@ -182,7 +185,8 @@ def fit_worker(spec: dict) -> dict:
     if spec["sampler"]:
         sampler_config["sampler"] = spec["sampler"]
     started = time.perf_counter()
-    fitted = bg.fit(runs, model_config=truth_model.model_config, sampler_config=sampler_config, keep_full=False)
+    model_config = merge(truth_model.model_config, {"parameterisation": spec["parameterisation"]})
+    fitted = bg.fit(runs, model_config=model_config, sampler_config=sampler_config, keep_full=False)
     wall = time.perf_counter() - started
     diag = fitted.diagnostics
     bins = min(spec["steps"], int(fitted.model_config.max_bins))
@@ -192,6 +196,7 @@ def fit_worker(spec: dict) -> dict:
         "bins_per_run": bins,
         "runs_x_bins": spec["runs"] * bins,
         "sampler": diag.sampler,
+        "parameterisation": spec["parameterisation"],
         "draws": spec["draws"],
         "chains": spec["chains"],
         "wall_s": round(wall, 1),
@@ -336,11 +341,14 @@ def write_report(fits: pd.DataFrame, gradients: pd.DataFrame, out: Path) -> None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if len(fits):  # rows from before the option were non-centred, the only parameterisation then
+        fits = fits.assign(parameterisation=fits.get("parameterisation", pd.Series(index=fits.index, dtype=object)).fillna("non_centred"))
     ok_fits = fits[fits["status"] == "ok"] if "status" in fits else fits.iloc[0:0]
     ok_gradients = gradients[gradients["status"] == "ok"] if "status" in gradients else gradients.iloc[0:0]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     if len(ok_fits):
-        _loglog(axes[0], ok_fits.assign(setting=ok_fits["sampler"] + ", " + ok_fits["steps"].astype(str) + " steps, " + ok_fits["draws"].astype(str) + " draws"), "wall_s", "setting", "{}", "wall time of the fit (s)")
+        setting = ok_fits["sampler"] + " " + ok_fits["parameterisation"] + ", " + ok_fits["steps"].astype(str) + " steps, " + ok_fits["draws"].astype(str) + " draws"
+        _loglog(axes[0], ok_fits.assign(setting=setting), "wall_s", "setting", "{}", "wall time of the fit (s)")
     axes[0].set_title("whole fit", fontsize=9)
     if len(ok_gradients):
         _loglog(axes[1], ok_gradients.assign(setting=ok_gradients["backend"] + " (" + ok_gradients["device"] + ")"), "grad_ms", "setting", "{}", "one log-density + gradient (ms)")
@@ -353,7 +361,7 @@ def write_report(fits: pd.DataFrame, gradients: pd.DataFrame, out: Path) -> None
         return table.drop(columns=["command"], errors="ignore").to_markdown(index=False) if len(table) else "(none yet)"
 
     commands = sorted(set(fits.get("command", pd.Series(dtype=str)).dropna()) | set(gradients.get("command", pd.Series(dtype=str)).dropna()))
-    fit_slopes = {setting: exponent(group, "wall_s") for setting, group in ok_fits.groupby(["sampler", "steps", "draws"])} if len(ok_fits) else {}
+    fit_slopes = {setting: exponent(group, "wall_s") for setting, group in ok_fits.groupby(["sampler", "parameterisation", "steps", "draws"])} if len(ok_fits) else {}
     grad_slopes = {backend: exponent(group, "grad_ms") for backend, group in ok_gradients.groupby("backend")} if len(ok_gradients) else {}
     lines = [
         "# Fit cost vs number of runs and steps",
@@ -375,7 +383,7 @@ def write_report(fits: pd.DataFrame, gradients: pd.DataFrame, out: Path) -> None
         "",
         table_or_none(fits),
         "",
-        *[f"- Exponent of wall time in runs x bins ({s}, {st} steps, {d} draws): {v:.2f}" for (s, st, d), v in fit_slopes.items() if v is not None],
+        *[f"- Exponent of wall time in runs x bins ({s}, {p}, {st} steps, {d} draws): {v:.2f}" for (s, p, st, d), v in fit_slopes.items() if v is not None],
         "",
         "## Cost of one log-density + gradient",
         "",
@@ -403,6 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draws", type=int, default=1000, help="posterior draws per chain (tuning steps: the same)")
     parser.add_argument("--chains", type=int, default=2)
     parser.add_argument("--sampler", choices=["nutpie", "numpyro", "pymc"], default=None, help="default: bg.fit's choice")
+    parser.add_argument("--parameterisation", choices=PARAMETERISATIONS, default=ModelConfig.parameterisation, help="of the per-run parameters in the fits")
     parser.add_argument("--gradients", action="store_true", help="time one log-density + gradient (Numba and JAX) instead of fitting")
     parser.add_argument("--backends", nargs="+", choices=["numba", "jax"], default=["numba", "jax"], help="with --gradients")
     parser.add_argument("--seed", type=int, default=0)
@@ -424,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.gradients:
                     spec.update(mode="gradients", backend=backend)
                 else:
-                    spec.update(mode="fits", draws=args.draws, chains=args.chains, sampler=args.sampler)
+                    spec.update(mode="fits", draws=args.draws, chains=args.chains, sampler=args.sampler, parameterisation=args.parameterisation)
                 row = {**run_worker(spec, args.timeout), "command": command.strip()}
                 if not args.gradients and row.get("sampler") is None:
                     row["sampler"] = "default"
