@@ -343,6 +343,8 @@ def write_report(fits: pd.DataFrame, gradients: pd.DataFrame, out: Path) -> None
 
     if len(fits):  # rows from before the option were non-centred, the only parameterisation then
         fits = fits.assign(parameterisation=fits.get("parameterisation", pd.Series(index=fits.index, dtype=object)).fillna("non_centred"))
+        columns = [c for c in fits.columns if c != "parameterisation"]
+        fits = fits[columns[: columns.index("sampler") + 1] + ["parameterisation"] + columns[columns.index("sampler") + 1 :]]
     ok_fits = fits[fits["status"] == "ok"] if "status" in fits else fits.iloc[0:0]
     ok_gradients = gradients[gradients["status"] == "ok"] if "status" in gradients else gradients.iloc[0:0]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
