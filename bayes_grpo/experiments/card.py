@@ -287,7 +287,6 @@ def figure(runs: list[tuple[dict, pd.DataFrame]], path: Path) -> None:
     plt.close(fig)
 
 
-
 def _seed_spread_lines(title: str, spread: pd.DataFrame) -> list[str]:
     """A :func:`seed_spread` table as Markdown lines, under ``title``, with the median SDs below it."""
     lines = ["", title, "",

@@ -35,8 +35,6 @@ CSV_METRICS = ("reward", "reward_std", "frac_reward_zero_std", "kl", "entropy", 
 """TRL metrics written to the CSV when logged (``kl`` only when ``beta > 0``), then ``rewards/<name>/mean``."""
 EVAL_SEED = 10_000
 """Seed of the fixed evaluation prompts (from the GRPO split) that measure the initial reward."""
-SOURCE_REPO = GENERATOR_SOURCE
-"""``source_repo`` of every bundled run; ``/<task>`` is appended so each task is its own source."""
 
 
 def sig(x: float, digits: int = 5) -> float:
@@ -263,8 +261,8 @@ def generate_run(args: argparse.Namespace) -> Path:
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)),
         "wall_time_s": sig(time.time() - t0), "warmup_time_s": sig(t_warm), "grpo_time_s": sig(t_grpo),
         "s_per_step": sig(t_grpo / max(total_steps, 1)),
-        "source": "bayes_grpo.experiments.generate", "source_repo": f"{SOURCE_REPO}/{args.task}",
-        "generator": SOURCE_REPO, "synthetic": True, "command": command_for(args),
+        "source": "bayes_grpo.experiments.generate", "source_repo": f"{GENERATOR_SOURCE}/{args.task}",
+        "generator": GENERATOR_SOURCE, "synthetic": True, "command": command_for(args),
     }
     (out / f"{stem}.meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     return out / f"{stem}.csv"
