@@ -318,12 +318,13 @@ def _add_sampler_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="short sampler run (200 draws, 200 tuning steps): a few minutes, rougher intervals")
     parser.add_argument("--form", default=DEFAULT_FORM, choices=CURVE_FORMS, help=f"curve form of the reward rise (default: {DEFAULT_FORM})")
     parser.add_argument("--draws", type=_positive_int, help="posterior draws per chain (default 1000, 200 with --quick)")
-    parser.add_argument("--tune", type=_positive_int, help="tuning steps per chain (default 1000, 200 with --quick)")
+    parser.add_argument("--tune", type=_positive_int, help="tuning steps per chain (default 500, 200 with --quick)")
     parser.add_argument("--chains", type=_positive_int, default=2, help="number of chains (default 2)")
     parser.add_argument(
         "--parameterisation", choices=PARAMETERISATIONS, default=ModelConfig.parameterisation,
-        help=f"how NUTS sees the per-run parameters (default {ModelConfig.parameterisation}); 'centred' is about 2.6x "
-        "faster on large, varied run sets (e.g. the 201 bundled + shared runs), 'non_centred' safer on small sweeps of similar runs",
+        help=f"how NUTS sees the per-run parameters (default {ModelConfig.parameterisation}: 'mixed' from 100 runs up, "
+        "'non_centred' below); 'mixed' (start as an offset, the rest centred) mixes fastest on large, varied run sets "
+        "(e.g. the 201 bundled + shared runs), 'non_centred' is safer on small sweeps of similar runs",
     )  # fmt: skip
     parser.add_argument("--seed", type=_non_negative_int, default=0, help="random seed of the sampler and the forecasts: one seed, one result (default 0)")
 

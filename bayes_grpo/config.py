@@ -28,7 +28,9 @@ from bayes_grpo.settings import quick_mode
 
 
 #: Ways of writing the per-run parameters for NUTS (:attr:`ModelConfig.parameterisation`).
-PARAMETERISATIONS = ("centred", "non_centred")
+PARAMETERISATIONS = ("auto", "mixed", "centred", "non_centred")
+#: Where a run's gain parameter is measured (:attr:`ModelConfig.gain_at`).
+GAIN_REFERENCES = ("asymptote", "plan_end")
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,8 @@ class ModelConfig:
     form : str
         Curve form, a key of :data:`bayes_grpo.curves.CURVE_FORMS` (default ``"loglogistic"``).
     max_bins : int
-        Observations of a run are averaged into at most this many bins for the fit (60).
+        Observations of a run are averaged into at most this many bins for the fit (20: the
+        cost of a gradient grows with runs x bins, and 20 bins keep a curve's shape).
     forecast_bins : int
         Bins used when conditioning one run at forecast time (120).
     student_nu : float
@@ -108,18 +111,25 @@ class ModelConfig:
         Scale of the Brownian model-discrepancy term of forecasts, in per-step noise units per
         unit of progress (1.5, chosen so 90% intervals from 30% of a run cover about 90% of finals).
     range_slack : float
-        At forecast time, on a declared reward range, a curve's start and asymptote may sit at
-        most this fraction of the range outside it (0.02).
+        At forecast time, on a declared reward range, a curve's start and its level at the
+        end of the plan (``gain_at="plan_end"``) or asymptote may sit at most this fraction
+        of the range outside it (0.02).
     beta_prior_centre : float or None
         Prior centre of log(beta); None takes the curve form's own centre from the registry.
-    parameterisation : {"non_centred", "centred"}
-        How the per-run parameters are written for NUTS; the model is the same either way.
-        ``"non_centred"`` (default) samples offsets ``e ~ Normal(0, 1)`` with
-        ``theta = loc + scale * e``; ``"centred"`` samples ``theta ~ Normal(loc, scale)``.
-        Centred needs about 4x fewer leapfrog steps per draw on a large, varied set (the
-        201 bundled + shared runs), but funnels when a population spread can shrink to
-        zero, as in a small sweep of near-identical runs
-        (``benchmarks/results/fit_geometry.md``).
+    parameterisation : {"auto", "mixed", "centred", "non_centred"}
+        How the per-run parameters are written for NUTS; the model is the same in every case.
+        ``"centred"`` samples ``theta ~ Normal(loc, scale)``, ``"non_centred"`` offsets
+        ``e ~ Normal(0, 1)`` with ``theta = loc + scale * e``, ``"mixed"`` the start as an
+        offset and the rest centred. ``"auto"`` (default) takes ``"mixed"`` from
+        :data:`bayes_grpo.population.MIXED_MIN_RUNS` (100) runs up and ``"non_centred"``
+        below: mixed mixes on a large, varied set (the 201 bundled + shared runs), centring
+        funnels on a few similar runs (``benchmarks/results/fit_geometry.md``).
+    gain_at : {"plan_end", "asymptote"}
+        What a run's gain parameter measures: the gain reached by the end of the planned
+        run (default), or the total gain of the curve (the version-2 model; model files
+        written without this setting are read as ``"asymptote"``). Measured at the end of
+        the plan, a run that never took off has a gain near zero whatever its timescale,
+        which removes the slowest ridge of the fit.
     priors : PriorConfig
         Scales and centres of the population-level priors.
 
@@ -135,19 +145,22 @@ class ModelConfig:
     """
 
     form: str = DEFAULT_FORM
-    max_bins: int = 60
+    max_bins: int = 20
     forecast_bins: int = 120
     student_nu: float = 4.0
     noise_floor: float = 0.02
     drift: float = 1.5
     range_slack: float = 0.02
     beta_prior_centre: float | None = None
-    parameterisation: str = "non_centred"
+    parameterisation: str = "auto"
+    gain_at: str = "plan_end"
     priors: PriorConfig = field(default_factory=PriorConfig)
 
     def __post_init__(self) -> None:
         if self.form not in CURVE_FORMS:
             raise ModelError(f"unknown curve form {self.form!r}; choose one of {', '.join(CURVE_FORMS)}")
+        if self.gain_at not in GAIN_REFERENCES:
+            raise ModelError(f"unknown gain reference {self.gain_at!r}; choose one of {', '.join(GAIN_REFERENCES)}")
         if self.parameterisation not in PARAMETERISATIONS:
             raise ModelError(f"unknown parameterisation {self.parameterisation!r}; choose one of {', '.join(PARAMETERISATIONS)}")
         for name in ("max_bins", "forecast_bins", "student_nu"):
@@ -211,7 +224,7 @@ class SamplerConfig:
     """
 
     draws: int = field(default_factory=lambda: 200 if quick_mode() else 1000)
-    tune: int = field(default_factory=lambda: 200 if quick_mode() else 1000)
+    tune: int = field(default_factory=lambda: 200 if quick_mode() else 500)
     chains: int = 2
     sampler: str | None = None
     seed: int = 0

@@ -736,11 +736,11 @@ def forecast(
         reward_range=reward_range,
     )
     conditioned = condition(model, prepared, seed=seed)
+    config = model.model_config
     rng = np.random.default_rng(seed + 1)
     picks = _systematic_resample(np.exp(conditioned.log_weights), n_draws, rng)
     sample = conditioned.theta[picks]
-    config = model.model_config
-    p = natural(dict(zip(PARAMS, sample.T)))
+    p = natural(dict(zip(PARAMS, sample.T)), config)
     r0, gain, tau, beta = p["r0"], p["gain"], p["tau"], p["beta"]
 
     total = prepared.total_steps

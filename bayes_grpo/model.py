@@ -39,7 +39,7 @@ from bayes_grpo.curves import CURVE_FORMS
 from bayes_grpo.errors import ModelError
 from bayes_grpo.forecast import Forecast, forecast
 from bayes_grpo.logs import RunLog, RunSet
-from bayes_grpo.population import POPULATION_VARS, build_model
+from bayes_grpo.population import POPULATION_VARS, build_model, resolve_parameterisation
 from bayes_grpo.prepare import PreparedRun, prepare_run, size_centres
 from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE
 from bayes_grpo.stopping import RelativeTo, StopDecision, stop_decision, stop_probability
@@ -369,7 +369,7 @@ def load_model(path: str | os.PathLike) -> FittedModel:
     diagnostics = json.loads(attrs["diagnostics"])
     return FittedModel(
         population=population,
-        model_config=ModelConfig.from_dict(json.loads(attrs["model_config"])),
+        model_config=ModelConfig.from_dict({"gain_at": "asymptote"} | json.loads(attrs["model_config"])),
         sampler_config=SamplerConfig.from_dict(json.loads(attrs["sampler_config"])),
         size_centres=list(json.loads(attrs["size_centres"])),
         fitted_on=json.loads(attrs["fitted_on"]),
@@ -464,9 +464,10 @@ def fit(
         if v is not None
     }
     mconfig = merge(merge(ModelConfig(), model_config), shortcuts_model or None)
+    runs = list(runs)
+    mconfig = resolve_parameterisation(mconfig, len(runs))
     sconfig = merge(merge(SamplerConfig(), sampler_config), shortcuts_sampler or None)
     sconfig = merge(sconfig, {"sampler": _pick_sampler(sconfig.sampler)})
-    runs = list(runs)
     prepared = [prepare_run(run, require_total=False) for run in runs]
     if not prepared:
         raise ModelError("fit needs at least one run")

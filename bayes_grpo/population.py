@@ -4,6 +4,8 @@ Each run ``r`` follows ``z(t) = r0 + gain * F(t; tau, beta)`` in normalised
 progress ``t`` and normalised reward ``z`` (:mod:`bayes_grpo.prepare`), with the
 shape ``F`` from the curve-form registry (:mod:`bayes_grpo.curves`). A run's
 five parameters ``theta = (r0, asinh_gain, log_tau, log_beta, log_sigma)`` are
+(``asinh_gain`` is the gain by the end of the planned run, ``G = gain * F(1)``, by
+default; see :func:`natural`)
 Normal given the population, with means depending on the scale kind ``k``
 (declared range or learned unit), the family ``f`` (partially pooled), the
 centred log10 size ``x`` and the centred initial reward ``i``::
@@ -13,22 +15,22 @@ centred log10 size ``x`` and the centred initial reward ``i``::
     log_beta   ~ Normal(beta_mu, beta_sd)             (beta = 1 for forms without beta)
     r0         ~ Normal(start_r, r0_sd[k])
     log_sigma  ~ Normal(sig_mu[k], sig_sd[k])
-    z_bin      ~ StudentT(nu, r0 + gain F(t_bin), sqrt(sigma^2 + floor^2) / sqrt(n_bin))
+    z_bin      ~ StudentT(nu, r0 + G F(t_bin) / F(1), sqrt(sigma^2 + floor^2) / sqrt(n_bin))
 
 A run without a family, or (at forecast time) with a family the population has
 not seen, gets ``fam = 0`` with the family spread added to the scale.
 The sinh keeps small gains near-Normal while giving the heavy right tail of
-real runs; a gain near zero or a timescale beyond the horizon is how the model
-says "no take-off (yet)".
+real runs; a gain by the end of the plan near zero is how the model says "no
+take-off".
 
 Everything else is derived from the three functions :func:`run_prior` (per-run
 Normal given population values and covariates), :func:`observation` (mean and
 scale of a binned observation) and :func:`population_priors` (the population
 level), each written once against an array namespace (NumPy or PyTensor):
 
-* :func:`build_model` - the PyMC model that is fitted (non-centred by default,
-  ``theta = loc + scale * e``, or centred, ``theta ~ Normal(loc, scale)``:
-  :attr:`~bayes_grpo.config.ModelConfig.parameterisation`);
+* :func:`build_model` - the PyMC model that is fitted (each per-run parameter
+  centred, ``theta ~ Normal(loc, scale)``, or an offset, ``theta = loc + scale * e``,
+  as :attr:`~bayes_grpo.config.ModelConfig.parameterisation` says);
 * :class:`RunPrior` and :func:`log_likelihood` - the density that conditions one
   run at forecast time (:mod:`bayes_grpo.forecast`);
 * :func:`simulate` - the posterior predictive of logged rewards (report PPCs).
@@ -52,7 +54,7 @@ import numpy as np
 from scipy.special import gammaln, logsumexp
 
 from bayes_grpo.config import ModelConfig, merge
-from bayes_grpo.curves import get_form, reward_curve
+from bayes_grpo.curves import get_form, reward_curve, shape
 from bayes_grpo.errors import ModelError
 from bayes_grpo.prepare import SCALE_KINDS, PreparedRun, bin_observations, centred_size, size_centres, start_level
 
@@ -66,10 +68,14 @@ POPULATION_VARS = (
     "tau_mu", "tau_sd", "tau_size", "tau_init", "fam_tau", "fam_tau_sd",
     "beta_mu", "beta_sd", "r0_sd", "sig_mu", "sig_sd",
 )
+#: Fewest runs for which ``parameterisation="auto"`` samples ``"mixed"`` (see :func:`resolve_parameterisation`).
+MIXED_MIN_RUNS = 100
 #: Family coordinate of a fit in which no run names its family (never matches a run).
 NO_FAMILY = "(no family)"
 # Scale given to log_beta of a form without beta: a point mass at 0 for the forecast sampler.
 _FIXED_SCALE = 1e-9
+# Smallest share of the total gain reached by the end of the plan (keeps gain = G1 / F(1) finite).
+_SMALLEST_SHARE = 1e-12
 
 
 class PopulationPosterior(Protocol):
@@ -209,15 +215,21 @@ def run_prior(
     return loc, scale
 
 
-def natural(theta: Mapping[str, Any], xp: Any = np) -> dict[str, Any]:
-    """Curve parameters ``r0, gain, tau, beta, sigma`` from the unconstrained ones."""
-    return {
-        "r0": theta["r0"],
-        "gain": xp.sinh(theta["asinh_gain"]),
-        "tau": xp.exp(theta["log_tau"]),
-        "beta": xp.exp(theta["log_beta"]),
-        "sigma": xp.exp(theta["log_sigma"]),
-    }
+def natural(theta: Mapping[str, Any], config: ModelConfig, xp: Any = np) -> dict[str, Any]:
+    """Curve parameters ``r0, gain, tau, beta, sigma`` from the unconstrained ones.
+
+    ``asinh_gain`` is the gain reached at the end of the planned run (progress 1) when
+    ``config.gain_at == "plan_end"``, the total gain (the asymptote) when ``"asymptote"``.
+    Measured at the end of the plan, a run that never took off has a gain near zero
+    whatever its timescale, instead of the ridge (gain ~ 0, any tau) or (tau beyond the
+    horizon, any gain) that the asymptote leaves; ``gain`` is always the asymptote.
+    """
+    tau = xp.exp(theta["log_tau"])
+    beta = xp.exp(theta["log_beta"])
+    gain = xp.sinh(theta["asinh_gain"])
+    if config.gain_at == "plan_end":
+        gain = gain / xp.maximum(shape(config.form, 1.0, tau, beta, xp), _SMALLEST_SHARE)
+    return {"r0": theta["r0"], "gain": gain, "tau": tau, "beta": beta, "sigma": xp.exp(theta["log_sigma"])}
 
 
 def step_noise(sigma: Any, floor: float, xp: Any = np) -> Any:
@@ -242,13 +254,17 @@ def log_likelihood(config: ModelConfig, theta: np.ndarray, t: np.ndarray, z: np.
     """Log-likelihood of one run's binned observations for each row of ``theta`` (n, len(PARAMS))."""
     if t.size == 0:
         return np.zeros(theta.shape[0])
-    params = natural({name: theta[:, j : j + 1] for j, name in enumerate(PARAMS)})
+    params = natural({name: theta[:, j : j + 1] for j, name in enumerate(PARAMS)}, config)
     mu, scale = observation(config, t[None], counts[None], params)
     return np.sum(student_t_logpdf(z[None], config.student_nu, mu, scale), axis=1)
 
 
 def in_support(config: ModelConfig, theta: np.ndarray, kind: str) -> np.ndarray:
-    """Rows of ``theta`` whose curve starts and ends within a declared range (all rows on a learned scale)."""
+    """Rows of ``theta`` whose curve starts and ends within a declared range (all rows on a learned scale).
+
+    The end is ``r0 + sinh(asinh_gain)``: the level at the end of the plan, or the asymptote
+    under ``gain_at="asymptote"``.
+    """
     if kind != "range":
         return np.ones(theta.shape[0], bool)
     ends = np.stack([theta[:, 0], theta[:, 0] + np.sinh(theta[:, 1])])
@@ -298,16 +314,42 @@ class RunPrior:
         return logsumexp(log_norm[None] - 0.5 * quad, axis=1) - np.log(rows.size)
 
 
+def resolve_parameterisation(config: ModelConfig, n_runs: int) -> ModelConfig:
+    """``config`` with ``parameterisation="auto"`` replaced by what suits ``n_runs`` runs.
+
+    ``"mixed"`` from :data:`MIXED_MIN_RUNS` runs up, ``"non_centred"`` below. Measured
+    (``benchmarks/results/fit_geometry.md``): on the 201 bundled + shared runs mixed
+    mixes (max r_hat 1.01) with about 80 leapfrog steps per draw, while on 8 similar
+    simulated runs and on folds of 29-30 real runs the per-run parameters are too
+    weakly identified for their population spreads, and centring them funnels
+    (r_hat 1.1-1.8).
+    """
+    if config.parameterisation != "auto":
+        return config
+    return merge(config, {"parameterisation": "mixed" if n_runs >= MIXED_MIN_RUNS else "non_centred"})
+
+
 def sampled_name(name: str, config: ModelConfig) -> str:
     """Name of the PyMC variable NUTS samples for per-run parameter ``name``: itself (centred) or its offset."""
-    return name if config.parameterisation == "centred" else OFFSETS[name]
+    return name if is_centred(name, config) else OFFSETS[name]
+
+
+def is_centred(name: str, config: ModelConfig) -> bool:
+    """Whether per-run parameter ``name`` is sampled centred under ``config.parameterisation``.
+
+    ``"mixed"`` centres everything but the start ``r0``: a run's rewards pin down its gain,
+    timescale, shape and noise far more tightly than the population does, but its start
+    only about as tightly as the (small) population spread of starts, where an offset
+    mixes better.
+    """
+    return config.parameterisation == "centred" or (config.parameterisation == "mixed" and name != "r0")
 
 
 def per_run_variable(name: str, loc: Any, scale: Any, config: ModelConfig) -> Any:
-    """Per-run parameter ``name`` ~ Normal(loc, scale), written as ``config.parameterisation`` says."""
+    """Per-run parameter ``name`` ~ Normal(loc, scale), sampled centred or as an offset ``theta = loc + scale * e``."""
     import pymc as pm
 
-    if config.parameterisation == "centred":
+    if is_centred(name, config):
         return pm.Normal(name, loc, scale, dims="run")
     return loc + scale * pm.Normal(OFFSETS[name], 0, 1, dims="run")
 
@@ -346,7 +388,7 @@ def build_model(prepared: list[PreparedRun], config: ModelConfig | None = None, 
 
     if not prepared:
         raise ModelError("the model needs at least one run")
-    config = merge(config or ModelConfig(), overrides or None)
+    config = resolve_parameterisation(merge(config or ModelConfig(), overrides or None), len(prepared))
     # Runs without a family enter with the family effect marginalised (as unseen families do
     # at forecast time); the coordinate keeps one placeholder when no run names a family.
     families = sorted({p.family for p in prepared if p.family}) or [NO_FAMILY]
@@ -378,7 +420,7 @@ def build_model(prepared: list[PreparedRun], config: ModelConfig | None = None, 
             if name != "log_beta" or has_beta
         }
         theta.setdefault("log_beta", pt.zeros(len(prepared)))
-        params = natural(theta, xp=pt)
+        params = natural(theta, config, xp=pt)
         for name in ("gain", "tau", "r0", "sigma") + (("beta",) if has_beta else ()):
             if name not in model.named_vars:  # a centred fit samples r0 itself
                 params[name] = pm.Deterministic(name, params[name], dims="run")

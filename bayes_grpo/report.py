@@ -392,7 +392,8 @@ def _effects_section(model: FittedModel) -> list[str]:
     ax.set_title("population effects (90% HDI)", fontsize=10)
     body = [
         "<p><code>*_size</code>: effect of log10 model size; <code>*_init</code>: effect of the initial reward; "
-        "<code>gain_*</code> act on the (asinh) total gain, <code>tau_*</code> on the log timescale of the rise "
+        f"<code>gain_*</code> act on the (asinh) gain {'by the end of the planned run' if model.model_config.gain_at == 'plan_end' else 'of the whole curve'}, "
+        "<code>tau_*</code> on the log timescale of the rise "
         "(negative = faster).</p>",
         _table(effects),
         _img(ax.figure, "forest plot of population effects"),

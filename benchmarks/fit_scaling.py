@@ -1,7 +1,8 @@
 """How the cost of a full hierarchical fit grows with the number of runs and their length.
 
-Runs are simulated from the fitted population (:func:`bayes_grpo.default_model`, whatever
-model file the package ships when the benchmark runs), so the answer is known:
+Runs are simulated from a fitted population (``--truth FILE``, else
+:func:`bayes_grpo.default_model`, whatever model file the package ships when the benchmark
+runs), so the answer is known:
 
 * the *truth* is the posterior mean of every population variable of that model;
 * when the population has source levels (``src_gain_sd``), the simulated runs come in
@@ -74,7 +75,7 @@ RUNS_PER_SOURCE = 5
 REWARD_RANGE = (0.0, 1.0)
 RANGE_KIND = 0
 #: Columns that identify one setting (a new row replaces an old one with the same values).
-FIT_KEY = ["runs", "steps", "draws", "chains", "sampler", "parameterisation"]
+FIT_KEY = ["runs", "steps", "draws", "chains", "sampler", "parameterisation", "gain_at"]
 GRADIENT_KEY = ["runs", "steps", "backend"]
 
 
@@ -131,7 +132,7 @@ def simulate_runs(model, n_runs: int, steps: int, seed: int) -> tuple[list, dict
     loc, scale = run_prior(simulated_population, cov, model.model_config, np)
     theta = {name: np.broadcast_to(loc[name], (n_runs,)) + np.broadcast_to(scale[name], (n_runs,)) * rng.standard_normal(n_runs) for name in PARAMS}
     t = np.arange(1, steps + 1) / steps
-    _, z = simulate(model.model_config, t, natural(theta), rng)
+    _, z = simulate(model.model_config, t, natural(theta, model.model_config), rng)
     runs = []
     for r, p in enumerate(described):
         frame = pd.DataFrame({"step": np.arange(1, steps + 1), "reward": p.loc + p.unit * z[r]})
@@ -179,7 +180,7 @@ def fit_worker(spec: dict) -> dict:
     from bayes_grpo.config import merge
 
     warnings.simplefilter("ignore")
-    truth_model = bg.default_model()
+    truth_model = _truth_model(spec)
     runs, truth = simulate_runs(truth_model, spec["runs"], spec["steps"], spec["seed"])
     sampler_config = {"draws": spec["draws"], "tune": spec["draws"], "chains": spec["chains"], "seed": spec["seed"], "progressbar": False}
     if spec["sampler"]:
@@ -196,7 +197,8 @@ def fit_worker(spec: dict) -> dict:
         "bins_per_run": bins,
         "runs_x_bins": spec["runs"] * bins,
         "sampler": diag.sampler,
-        "parameterisation": spec["parameterisation"],
+        "parameterisation": spec["parameterisation"] if spec["parameterisation"] != "auto" else f"auto ({fitted.model_config.parameterisation})",
+        "gain_at": fitted.model_config.gain_at,
         "draws": spec["draws"],
         "chains": spec["chains"],
         "wall_s": round(wall, 1),
@@ -231,7 +233,7 @@ def gradient_worker(spec: dict) -> dict:
     from bayes_grpo.prepare import prepare_run, size_centres
 
     warnings.simplefilter("ignore")
-    truth_model = bg.default_model()
+    truth_model = _truth_model(spec)
     runs, _ = simulate_runs(truth_model, spec["runs"], spec["steps"], spec["seed"])
     prepared = [prepare_run(run, require_total=False) for run in runs]
     model = build_model(prepared, truth_model.model_config, size_centres(prepared))
@@ -270,6 +272,13 @@ def gradient_worker(spec: dict) -> dict:
         "load_1min": round(os.getloadavg()[0], 2),
         "status": "ok",
     }
+
+
+def _truth_model(spec: dict):
+    """The population the runs are simulated from and whose settings the fits use: ``--truth``, else the shipped model."""
+    import bayes_grpo as bg
+
+    return bg.load_model(spec["truth"]) if spec.get("truth") else bg.default_model()
 
 
 def _jax_device() -> str:
@@ -341,15 +350,18 @@ def write_report(fits: pd.DataFrame, gradients: pd.DataFrame, out: Path) -> None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if len(fits):  # rows from before the option were non-centred, the only parameterisation then
-        fits = fits.assign(parameterisation=fits.get("parameterisation", pd.Series(index=fits.index, dtype=object)).fillna("non_centred"))
-        columns = [c for c in fits.columns if c != "parameterisation"]
-        fits = fits[columns[: columns.index("sampler") + 1] + ["parameterisation"] + columns[columns.index("sampler") + 1 :]]
+    if len(fits):  # rows from before these options: non-centred and the gain at the asymptote, the only choices then
+        fits = fits.assign(
+            parameterisation=fits.get("parameterisation", pd.Series(index=fits.index, dtype=object)).fillna("non_centred"),
+            gain_at=fits.get("gain_at", pd.Series(index=fits.index, dtype=object)).fillna("asymptote"),
+        )
+        columns = [c for c in fits.columns if c not in ("parameterisation", "gain_at")]
+        fits = fits[columns[: columns.index("sampler") + 1] + ["parameterisation", "gain_at"] + columns[columns.index("sampler") + 1 :]]
     ok_fits = fits[fits["status"] == "ok"] if "status" in fits else fits.iloc[0:0]
     ok_gradients = gradients[gradients["status"] == "ok"] if "status" in gradients else gradients.iloc[0:0]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     if len(ok_fits):
-        setting = ok_fits["sampler"] + " " + ok_fits["parameterisation"] + ", " + ok_fits["steps"].astype(str) + " steps, " + ok_fits["draws"].astype(str) + " draws"
+        setting = ok_fits["sampler"] + " " + ok_fits["parameterisation"] + ", gain at " + ok_fits["gain_at"] + ", " + ok_fits["steps"].astype(str) + " steps, " + ok_fits["draws"].astype(str) + " draws"
         _loglog(axes[0], ok_fits.assign(setting=setting), "wall_s", "setting", "{}", "wall time of the fit (s)")
     axes[0].set_title("whole fit", fontsize=9)
     if len(ok_gradients):
@@ -363,7 +375,7 @@ def write_report(fits: pd.DataFrame, gradients: pd.DataFrame, out: Path) -> None
         return table.drop(columns=["command"], errors="ignore").to_markdown(index=False) if len(table) else "(none yet)"
 
     commands = sorted(set(fits.get("command", pd.Series(dtype=str)).dropna()) | set(gradients.get("command", pd.Series(dtype=str)).dropna()))
-    fit_slopes = {setting: exponent(group, "wall_s") for setting, group in ok_fits.groupby(["sampler", "parameterisation", "steps", "draws"])} if len(ok_fits) else {}
+    fit_slopes = {setting: exponent(group, "wall_s") for setting, group in ok_fits.groupby(["sampler", "parameterisation", "gain_at", "steps", "draws"])} if len(ok_fits) else {}
     grad_slopes = {backend: exponent(group, "grad_ms") for backend, group in ok_gradients.groupby("backend")} if len(ok_gradients) else {}
     lines = [
         "# Fit cost vs number of runs and steps",
@@ -414,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chains", type=int, default=2)
     parser.add_argument("--sampler", choices=["nutpie", "numpyro", "pymc"], default=None, help="default: bg.fit's choice")
     parser.add_argument("--parameterisation", choices=PARAMETERISATIONS, default=ModelConfig.parameterisation, help="of the per-run parameters in the fits")
+    parser.add_argument("--truth", type=Path, help="model file to simulate from and whose settings the fits use (default: the shipped model)")
     parser.add_argument("--gradients", action="store_true", help="time one log-density + gradient (Numba and JAX) instead of fitting")
     parser.add_argument("--backends", nargs="+", choices=["numba", "jax"], default=["numba", "jax"], help="with --gradients")
     parser.add_argument("--seed", type=int, default=0)
@@ -431,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     for steps in args.steps:
         for n_runs in args.sizes:
             for backend in args.backends if args.gradients else [None]:
-                spec = {"runs": n_runs, "steps": steps, "seed": args.seed}
+                spec = {"runs": n_runs, "steps": steps, "seed": args.seed, "truth": str(args.truth) if args.truth else None}
                 if args.gradients:
                     spec.update(mode="gradients", backend=backend)
                 else:

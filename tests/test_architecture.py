@@ -16,10 +16,12 @@ import pytest
 import xarray as xr
 
 import bayes_grpo as bg
-from bayes_grpo.config import PARAMETERISATIONS, ModelConfig
+from bayes_grpo.config import GAIN_REFERENCES, PARAMETERISATIONS, ModelConfig
 from bayes_grpo.curves import CURVE_FORMS, plateau_progress, shape
 from bayes_grpo.model import FittedModel
 from bayes_grpo.population import (
+    is_centred,
+    natural,
     PARAMS,
     POPULATION_VARS,
     RunPrior,
@@ -145,14 +147,16 @@ def _evaluate(model, names: list[str], point: dict) -> list[np.ndarray]:
     return fn(point)
 
 
+@pytest.mark.parametrize("gain_at", GAIN_REFERENCES)
 @pytest.mark.parametrize("parameterisation", PARAMETERISATIONS)
 @pytest.mark.parametrize("form", list(CURVE_FORMS))
-def test_pymc_and_forecast_densities_agree(form, parameterisation):
+def test_pymc_and_forecast_densities_agree(form, parameterisation, gain_at):
     """Random population values and per-run parameters (or offsets): the two log-densities agree to 1e-6."""
     pm = pytest.importorskip("pymc")
     prepared = [prepare_run(r) for r in _runs()]
-    config = ModelConfig(form=form, max_bins=30, parameterisation=parameterisation)
-    centred = parameterisation == "centred"
+    config = ModelConfig(form=form, max_bins=30, parameterisation=parameterisation, gain_at=gain_at)
+    # How centred each sampled coordinate is: 1 centred, 0 an offset.
+    weights = {name: np.full(len(prepared), float(is_centred(name, config))) for name in PARAMS}
     centres = size_centres(prepared)
     model = build_model(prepared, config, centres)
     rng = np.random.default_rng(1)
@@ -172,12 +176,14 @@ def test_pymc_and_forecast_densities_agree(form, parameterisation):
     for r, p in enumerate(prepared):
         cov = covariates(p, centres, families)
         loc, scale = run_prior(pop, cov, config)
-        if centred:
-            theta = np.array([[sampled_values[name][r] for name in PARAMS]])
-        else:
-            theta = np.array([[np.ravel(loc[name])[0] + np.ravel(scale[name])[0] * sampled_values[name][r] for name in PARAMS]])
+        w = np.array([weights[name][r] for name in PARAMS])
+        loc_r = np.array([np.ravel(loc[name])[0] for name in PARAMS])
+        scale_r = np.array([np.ravel(scale[name])[0] for name in PARAMS])
+        v = np.array([sampled_values[name][r] for name in PARAMS])
+        theta = (loc_r + scale_r ** (1 - w) * (v - w * loc_r))[None]
         # The per-run transform matches the PyMC deterministics.
-        assert np.sinh(theta[0, 1]) == pytest.approx(float(deterministic["gain"][r]), rel=1e-9, abs=1e-12)
+        gain = natural(dict(zip(PARAMS, theta.T)), config)["gain"]
+        assert float(gain[0]) == pytest.approx(float(deterministic["gain"][r]), rel=1e-9, abs=1e-12)
         assert np.exp(theta[0, 2]) == pytest.approx(float(deterministic["tau"][r]), rel=1e-9)
         assert theta[0, 0] == pytest.approx(float(deterministic["r0"][r]), rel=1e-9, abs=1e-12)
         t, z, counts = bin_observations(p.t, p.z, config.max_bins)
@@ -185,8 +191,8 @@ def test_pymc_and_forecast_densities_agree(form, parameterisation):
         sampled = [j for j, name in enumerate(PARAMS) if names[name] in point]
         loc_v = np.array([np.ravel(loc[PARAMS[j]])[0] for j in sampled])
         scale_v = np.array([np.ravel(scale[PARAMS[j]])[0] for j in sampled])
-        # Non-centred: the density of theta plus the Jacobian of theta = loc + scale * e is the density of e.
-        jacobian = 0.0 if centred else float(np.sum(np.log(scale_v)))
+        # The density of theta plus the Jacobian of theta = loc + scale**(1 - w) (v - w loc) is the density of v.
+        jacobian = float(np.sum((1 - w[sampled]) * np.log(scale_v)))
         numpy_prior += float(normal_logpdf(theta[:, sampled], loc_v, scale_v)[0]) + jacobian
 
     pymc_lik = float(model.compile_logp(vars=[model["z_obs"]])(point))
