@@ -397,7 +397,7 @@ def write_report(fits: pd.DataFrame, gradients: pd.DataFrame, out: Path) -> None
         "",
         table_or_none(fits),
         "",
-        *[f"- Exponent of wall time in runs x bins ({s}, {p}, {st} steps, {d} draws): {v:.2f}" for (s, p, st, d), v in fit_slopes.items() if v is not None],
+        *[f"- Exponent of wall time in runs x bins ({s}, {p}, gain at {g}, {st} steps, {d} draws): {v:.2f}" for (s, p, g, st, d), v in fit_slopes.items() if v is not None],
         "",
         "## Cost of one log-density + gradient",
         "",
