@@ -4,8 +4,6 @@ Each run ``r`` follows ``z(t) = r0 + gain * F(t; tau, beta)`` in normalised
 progress ``t`` and normalised reward ``z`` (:mod:`bayes_grpo.prepare`), with the
 shape ``F`` from the curve-form registry (:mod:`bayes_grpo.curves`). A run's
 five parameters ``theta = (r0, asinh_gain, log_tau, log_beta, log_sigma)`` are
-(``asinh_gain`` is the gain by the end of the planned run, ``G = gain * F(1)``, by
-default; see :func:`natural`)
 Normal given the population, with means depending on the scale kind ``k``
 (declared range or learned unit), the family ``f`` (partially pooled), the
 centred log10 size ``x`` and the centred initial reward ``i``::
@@ -17,11 +15,13 @@ centred log10 size ``x`` and the centred initial reward ``i``::
     log_sigma  ~ Normal(sig_mu[k], sig_sd[k])
     z_bin      ~ StudentT(nu, r0 + G F(t_bin) / F(1), sqrt(sigma^2 + floor^2) / sqrt(n_bin))
 
-A run without a family, or (at forecast time) with a family the population has
-not seen, gets ``fam = 0`` with the family spread added to the scale.
-The sinh keeps small gains near-Normal while giving the heavy right tail of
-real runs; a gain by the end of the plan near zero is how the model says "no
-take-off".
+Here ``G = sinh(asinh_gain)`` is the gain reached by the end of the planned run
+(``G = gain * F(1)``; with ``ModelConfig.gain_at="asymptote"`` it is the total gain
+and the curve ``r0 + G F(t)``, see :func:`natural`). A run without a family, or
+(at forecast time) with a family the population has not seen, gets ``fam = 0``
+with the family spread added to the scale. The sinh keeps small gains
+near-Normal while giving the heavy right tail of real runs; a gain by the end of
+the plan near zero is how the model says "no take-off".
 
 Everything else is derived from the three functions :func:`run_prior` (per-run
 Normal given population values and covariates), :func:`observation` (mean and
@@ -319,7 +319,8 @@ def resolve_parameterisation(config: ModelConfig, n_runs: int) -> ModelConfig:
 
     ``"mixed"`` from :data:`MIXED_MIN_RUNS` runs up, ``"non_centred"`` below. Measured
     (``benchmarks/results/fit_geometry.md``): on the 201 bundled + shared runs mixed
-    mixes (max r_hat 1.01) with about 80 leapfrog steps per draw, while on 8 similar
+    takes 54-83 leapfrog steps per draw (max r_hat 1.01-1.14 over three seeds, the worst
+    a run whose reward collapses), a centred start funnels, and on 8 similar
     simulated runs and on folds of 29-30 real runs the per-run parameters are too
     weakly identified for their population spreads, and centring them funnels
     (r_hat 1.1-1.8).
