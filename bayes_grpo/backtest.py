@@ -3,8 +3,10 @@
 Every run is replayed as a live rule would see it. The replay's horizon is the
 run as it was trained (its last logged step). Checks happen every 2% of the
 steps from 10% on (:func:`check_indices`); each check sees only the steps logged
-so far (``RunLog.head``) and asks the Bayesian rule (:func:`bayes_grpo.stopping.decision_from_forecast`)
-for a decision, at its default settings and at each threshold of a sweep. A
+so far (``RunLog.head``) and asks the Bayesian rule for a decision, at its default
+settings and at each threshold of a sweep: the threshold mode of
+:func:`bayes_grpo.stopping.decision_from_forecast`, applied to the check's
+:class:`~bayes_grpo.stopping.StopEvidence` (one forecast, computed once, serves every setting). A
 rule stops the run at the first check that says stop.
 
 The model behind each run's forecasts was fitted **without the run's source**
@@ -57,7 +59,8 @@ from bayes_grpo.config import ModelConfig, SamplerConfig
 from bayes_grpo.errors import BayesGrpoError
 from bayes_grpo.logs import RunLog
 from bayes_grpo.parallel import map_jobs
-from bayes_grpo.stopping import StopEvidence, decision_from_forecast, stop_evidence, threshold_stop
+from bayes_grpo.settings import STOP_TOLERANCE
+from bayes_grpo.stopping import StopEvidence, stop_evidence, threshold_stop
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -229,11 +232,12 @@ def trace(
         warnings.simplefilter("ignore")
         for k, i in enumerate(indices):
             fc = model.forecast(run.head(int(run.steps[i])), total_steps=last, seed=base + k, **dict(forecast_options or {}))
-            decision = decision_from_forecast(fc)
-            probability.append(decision.probability)
-            default.append(decision.should_stop)
-            best.append(decision.best_step)
+            # The default decision from the check's evidence, computed once: threshold_stop at the
+            # defaults is decision_from_forecast's threshold mode (tests/test_stopping.py checks they agree).
             evidence.append(stop_evidence(fc))
+            probability.append(evidence[-1].probability(STOP_TOLERANCE))
+            default.append(threshold_stop(evidence[-1]))
+            best.append(evidence[-1].best_step)
             by_threshold.append([threshold_stop(evidence[-1], threshold=t) for t in thresholds])
     seconds = (time.perf_counter() - started) / max(len(indices), 1)
     return RunTrace(

@@ -41,11 +41,13 @@ def fit_once(parameterisation: str, draws: int, chains: int, seed: int, gain_at:
     from bayes_grpo import calibration
 
     warnings.simplefilter("ignore")
-    runs, _ = calibration.load_evaluation_runs(None, bundled=True)
+    runs, sources = calibration.load_evaluation_runs(None, bundled=True)
+    shared = {run_id for run_id, source in sources.items() if not calibration.is_bundled(source)}
+    tune = tune or SamplerConfig().tune
     started = time.perf_counter()
     model = bg.fit(
         runs, model_config={"parameterisation": parameterisation, "gain_at": gain_at, "max_bins": max_bins},
-        draws=draws, tune=tune or SamplerConfig().tune, chains=chains, seed=seed, progressbar=False,
+        draws=draws, tune=tune, chains=chains, seed=seed, progressbar=False,
     )
     seconds = time.perf_counter() - started
     summary = az.summary(model.idata, kind="diagnostics")
@@ -55,7 +57,7 @@ def fit_once(parameterisation: str, draws: int, chains: int, seed: int, gain_at:
         "resolved": model.model_config.parameterisation,
         "gain_at": gain_at,
         "max_bins": max_bins,
-        "tune": tune or SamplerConfig().tune,
+        "tune": tune,
         "runs": model.fitted_on["n_runs"],
         "draws": draws,
         "chains": chains,
@@ -65,8 +67,14 @@ def fit_once(parameterisation: str, draws: int, chains: int, seed: int, gain_at:
         "max_r_hat": float(summary["r_hat"].max()),
         "min_ess_bulk": float(summary["ess_bulk"].min()),
         "divergences": int(model.idata.sample_stats["diverging"].sum()),
-        "worst": ", ".join(f"{name} ({row.r_hat:.2f})" for name, row in worst.iterrows()),
+        "worst": ", ".join(f"{_public(name, shared)} ({row.r_hat:.2f})" for name, row in worst.iterrows()),
     }
+
+
+def _public(variable: str, shared: set[str]) -> str:
+    """``variable`` with a shared run's id replaced by "a shared run" (others' runs are not named in results)."""
+    name, _, coordinate = variable.partition("[")
+    return f"{name}[a shared run]" if coordinate.rstrip("]") in shared else variable
 
 
 def main() -> None:
