@@ -64,8 +64,8 @@ class PriorConfig:
     sig_sd_scale : float
         HalfNormal scale of the per-run spread of the log noise.
     declared_start_sd : tuple of float
-        At forecast time, a run that declares its initial reward has its start
-        spread capped at this (the fit keeps the learned ``r0_sd``).
+        Spread of the start of a run that declares its initial reward, around it (in the
+        fit and at forecast time); ``r0_sd`` is learned from the other runs.
     """
 
     gain_mu_loc: tuple[float, float] = (0.3, 0.5)

@@ -39,7 +39,7 @@ from bayes_grpo.curves import CURVE_FORMS
 from bayes_grpo.errors import ModelError
 from bayes_grpo.forecast import Forecast, forecast
 from bayes_grpo.logs import RunLog, RunSet
-from bayes_grpo.population import POPULATION_VARS, build_model, resolve_parameterisation
+from bayes_grpo.population import MODEL_VERSION, POPULATION_VARS, build_model, resolve_parameterisation
 from bayes_grpo.prepare import PreparedRun, prepare_run, size_centres
 from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE
 from bayes_grpo.stopping import RelativeTo, StopDecision, stop_decision, stop_probability
@@ -101,7 +101,8 @@ class FittedModel:
     size_centres : list of float
         Per-kind log10-size centres of the fitted runs.
     fitted_on : dict
-        ``runs`` (ids listed), ``n_runs`` and ``sources`` (runs per source), plus any provenance.
+        ``runs`` (ids listed), ``n_runs``, ``sources`` (runs per source) and ``model_version``
+        (:data:`bayes_grpo.population.MODEL_VERSION`), plus any provenance.
     idata : arviz.InferenceData or None
         The full fit (per-run parameters, sample stats, log-likelihood) when kept.
     diagnostics : FitDiagnostics or None
@@ -512,13 +513,13 @@ def fit(
 
 
 def _provenance(runs: list[RunLog], prepared: list[PreparedRun]) -> dict[str, Any]:
-    """Provenance of a fit: run ids, their count, and runs per source (the folder or writer of each log)."""
+    """Provenance of a fit: run ids, their count, runs per source (the folder or writer of each log), model version."""
     sources: dict[str, int] = {}
     for run in runs:
         source = run.meta.source or "unknown"
         key = str(Path(source).parent) if os.sep in source else source
         sources[key] = sources.get(key, 0) + 1
-    return {"runs": [p.run_id for p in prepared], "n_runs": len(prepared), "sources": sources}
+    return {"runs": [p.run_id for p in prepared], "n_runs": len(prepared), "sources": sources, "model_version": MODEL_VERSION}
 
 
 def _pick_sampler(requested: str | None) -> str:

@@ -38,11 +38,12 @@ level), each written once against an array namespace (NumPy or PyTensor):
 ``tests/test_architecture.py`` checks that the PyMC log-density and the
 forecast-time density agree on random parameter values.
 
-Two deliberate forecast-time refinements, both switched on only by the
-conditioning code: a run that declares its initial reward has its start spread
-capped (``PriorConfig.declared_start_sd``), and on a declared reward range a
-curve must start and end inside it (:func:`in_support`; a hard boundary would
-stall NUTS, so the fit does not use it).
+A run that declares its initial reward has its start spread fixed at
+``PriorConfig.declared_start_sd[kind]`` (in the fit as at forecast time), so ``r0_sd``
+is the spread of runs whose start is read from their first rewards. One deliberate
+forecast-time refinement, switched on only by the conditioning code: on a declared
+reward range a curve must start and end inside it (:func:`in_support`; a hard
+boundary would stall NUTS, so the fit does not use it).
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ from bayes_grpo.curves import get_form, reward_curve, shape
 from bayes_grpo.errors import ModelError
 from bayes_grpo.prepare import SCALE_KINDS, PreparedRun, bin_observations, centred_size, size_centres, start_level
 
+#: Version of this model definition, recorded in what a fit was made with (``FittedModel.fitted_on``).
+#: 2: total gain; 2.1: gain by the end of the plan; 2.2: a declared start has a fixed spread.
+MODEL_VERSION = "2.2"
 #: Per-run parameters, in the unconstrained space the forecast samples.
 PARAMS = ("r0", "asinh_gain", "log_tau", "log_beta", "log_sigma")
 #: Name of each parameter's standard-normal offset in the non-centred PyMC model.
@@ -104,8 +108,9 @@ class Covariates:
     ``kind`` indexes :data:`bayes_grpo.prepare.SCALE_KINDS`; ``family`` indexes
     the fitted families, -1 for a run without family or with one the population
     has not seen (in the fit as at forecast time);
-    ``size`` is the centred log10 size, ``init`` the centred initial reward and
-    ``start`` the prior centre of ``r0``.
+    ``size`` is the centred log10 size, ``init`` the centred initial reward,
+    ``start`` the prior centre of ``r0`` and ``declared`` 1 when the run declares its
+    initial reward (then ``start`` is it), else 0.
     """
 
     kind: Any
@@ -113,6 +118,7 @@ class Covariates:
     size: Any
     init: Any
     start: Any
+    declared: Any
 
 
 def covariates(prepared: PreparedRun, centres: Sequence[float], families: Sequence[str]) -> Covariates:
@@ -124,6 +130,7 @@ def covariates(prepared: PreparedRun, centres: Sequence[float], families: Sequen
         size=centred_size(prepared, list(centres)),
         init=prepared.initial_cov,
         start=start_level(prepared),
+        declared=float(prepared.initial_z is not None),
     )
 
 
@@ -160,7 +167,6 @@ def run_prior(
     cov: Covariates,
     config: ModelConfig,
     xp: Any = np,
-    declared_start: bool = False,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Location and scale of each per-run parameter (:data:`PARAMS`) given population values.
 
@@ -170,14 +176,11 @@ def run_prior(
         Population values by name (:data:`POPULATION_VARS`): PyMC variables, or NumPy
         arrays whose trailing axis is the posterior draw.
     cov : Covariates
-        The run(s)' kind, family (-1: unseen), size, initial reward and start.
+        The run(s)' kind, family (-1: unseen), size, initial reward, start and whether it is declared.
     config : ModelConfig
         Curve form and prior settings.
     xp : module
         ``numpy`` or ``pytensor.tensor``.
-    declared_start : bool
-        True when the (single) run declares its initial reward: the start spread is capped at
-        ``config.priors.declared_start_sd[kind]`` (used at forecast time only).
 
     Returns
     -------
@@ -195,9 +198,11 @@ def run_prior(
     gain_sd = pop["gain_sd"][k] * xp.sqrt(1.0 + unseen * pop["fam_gain_sd"] ** 2)
     tau_sd = xp.sqrt(pop["tau_sd"] ** 2 + unseen * pop["fam_tau_sd"] ** 2)
     has_beta = get_form(config.form).has_beta
-    r0_sd = pop["r0_sd"][k]
-    if declared_start:
-        r0_sd = xp.minimum(r0_sd, config.priors.declared_start_sd[k])
+    # A declared initial reward fixes the start's spread: the population spread r0_sd is
+    # learned from runs whose start is read from their rewards. (Learning it from declared
+    # starts, which their rewards pin down to about its own size, is a funnel for NUTS.)
+    declared_sd = np.asarray(config.priors.declared_start_sd)[k]
+    r0_sd = pop["r0_sd"][k] * (1.0 - cov.declared) + declared_sd * cov.declared
     loc = {
         "r0": cov.start,
         "asinh_gain": pop["gain_mu"][k] + pop["gain_sd"][k] * (fam_gain + pop["gain_size"] * cov.size + pop["gain_init"] * cov.init),
@@ -293,7 +298,7 @@ class RunPrior:
 
     def __init__(self, model: PopulationPosterior, prepared: PreparedRun, rng: np.random.Generator, n_components: int = 128):
         cov = covariates(prepared, model.size_centres, model.families)
-        loc, scale = run_prior(model.population_arrays(), cov, model.model_config, np, declared_start=prepared.initial_z is not None)
+        loc, scale = run_prior(model.population_arrays(), cov, model.model_config, np)
         n = np.size(loc["log_sigma"])
         self.mean = np.stack([np.broadcast_to(loc[name], (n,)) for name in PARAMS], axis=1)
         self.sd = np.stack([np.broadcast_to(scale[name], (n,)) for name in PARAMS], axis=1)
@@ -319,10 +324,9 @@ def resolve_parameterisation(config: ModelConfig, n_runs: int) -> ModelConfig:
 
     ``"mixed"`` from :data:`MIXED_MIN_RUNS` runs up, ``"non_centred"`` below. Measured
     (``benchmarks/results/fit_geometry.md``): on the 201 bundled + shared runs mixed
-    takes 54-83 leapfrog steps per draw (max r_hat 1.01-1.14 over three seeds, the worst
-    a run whose reward collapses), a centred start funnels, and on 8 similar
-    simulated runs and on folds of 29-30 real runs the per-run parameters are too
-    weakly identified for their population spreads, and centring them funnels
+    reaches max r_hat 1.01-1.02 over three seeds at about 140 leapfrog steps per draw
+    (centred did as well on two seeds), and on 8 similar simulated runs and on folds of 29-30 real runs the per-run parameters are
+    too weakly identified for their population spreads, and centring them funnels
     (r_hat 1.1-1.8).
     """
     if config.parameterisation != "auto":
@@ -339,9 +343,9 @@ def is_centred(name: str, config: ModelConfig) -> bool:
     """Whether per-run parameter ``name`` is sampled centred under ``config.parameterisation``.
 
     ``"mixed"`` centres everything but the start ``r0``: a run's rewards pin down its gain,
-    timescale, shape and noise far more tightly than the population does, but its start
-    only about as tightly as the (small) population spread of starts, where an offset
-    mixes better.
+    timescale, shape and noise far more tightly than the population does, but a start
+    read from its first rewards only about as tightly as the (small) population spread
+    of such starts, where an offset mixes better.
     """
     return config.parameterisation == "centred" or (config.parameterisation == "mixed" and name != "r0")
 
@@ -412,6 +416,7 @@ def build_model(prepared: list[PreparedRun], config: ModelConfig | None = None, 
             size=pm.Data("log10_size", np.array([centred_size(p, centres) for p in prepared]), dims="run"),
             init=pm.Data("initial_cov", np.array([p.initial_cov for p in prepared]), dims="run"),
             start=pm.Data("start", np.array([start_level(p) for p in prepared]), dims="run"),
+            declared=np.array([float(p.initial_z is not None) for p in prepared]),
         )
         loc, scale = run_prior(population_priors(config), cov, config, xp=pt)
         has_beta = get_form(config.form).has_beta

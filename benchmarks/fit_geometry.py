@@ -30,6 +30,7 @@ import pandas as pd
 from common import RESULTS, command_line, markdown, provenance
 
 from bayes_grpo.config import GAIN_REFERENCES, PARAMETERISATIONS, ModelConfig, SamplerConfig
+from bayes_grpo.population import MODEL_VERSION
 
 
 def fit_once(parameterisation: str, draws: int, chains: int, seed: int, gain_at: str, max_bins: int, tune: int | None) -> dict:
@@ -53,6 +54,7 @@ def fit_once(parameterisation: str, draws: int, chains: int, seed: int, gain_at:
     summary = az.summary(model.idata, kind="diagnostics")
     worst = summary.sort_values("r_hat", ascending=False).head(3)
     return {
+        "model": MODEL_VERSION,
         "parameterisation": parameterisation,
         "resolved": model.model_config.parameterisation,
         "gain_at": gain_at,
@@ -75,6 +77,26 @@ def _public(variable: str, shared: set[str]) -> str:
     """``variable`` with a shared run's id replaced by "a shared run" (others' runs are not named in results)."""
     name, _, coordinate = variable.partition("[")
     return f"{name}[a shared run]" if coordinate.rstrip("]") in shared else variable
+
+
+def report(table: pd.DataFrame, seconds: float) -> str:
+    """The markdown report of every row so far (``seconds``: this invocation's wall time)."""
+    return (
+        "# Fit geometry: how the per-run parameters are written, and where the gain is measured\n\n"
+        + provenance(seconds)
+        + "\nThe bundled runs plus the shared external runs (what `bayes-grpo fit data/runs "
+        "../shared/external_runs/runs` fits), nutpie (Numba), one process per fit, options in the `command` "
+        "column. `model`: the model version (`bayes_grpo.population.MODEL_VERSION`; 2 measures the total gain, "
+        "2.1 the gain by the end of the planned run, 2.2 also gives a declared start a fixed spread). "
+        "`mean_leapfrog`: leapfrog steps (gradient evaluations) "
+        "per draw; `wall_s`: build, compilation and sampling. `gain_at`: `asymptote` (the gain parameter is the "
+        "total gain) or `plan_end` (the gain by the end of the planned run); `max_bins`: bins per run in the "
+        "likelihood. `auto (mixed)`: the default `parameterisation=\"auto\"`, which from 100 runs up samples the "
+        "start as an offset and the rest centred. `per-run partial (not kept)`: a session-5 experiment that wrote "
+        "each run's gain, timescale and shape between centred and offset by how far the run moved; removed. "
+        "Rows accumulate across invocations (`fit_geometry.csv`); what they mean: `fit_scaling.notes.md`.\n\n"
+        + markdown(table)
+    )
 
 
 def main() -> None:
@@ -107,21 +129,9 @@ def main() -> None:
     table_path = args.out / "fit_geometry.csv"
     previous = pd.read_csv(table_path) if table_path.is_file() else pd.DataFrame()
     table = pd.concat([previous, pd.DataFrame(rows)], ignore_index=True)
+    table = table[["model"] + [c for c in table.columns if c != "model"]]
     table.to_csv(table_path, index=False)
-    text = (
-        "# Fit geometry: how the per-run parameters are written, and where the gain is measured\n\n"
-        + provenance(time.perf_counter() - started)
-        + "\nThe bundled runs plus the shared external runs (what `bayes-grpo fit data/runs "
-        "../shared/external_runs/runs` fits), nutpie (Numba), one process per fit, options in the `command` "
-        "column. `mean_leapfrog`: leapfrog steps (gradient evaluations) per draw; `wall_s`: build, compilation "
-        "and sampling. `gain_at`: `asymptote` is the version-2 model (the gain parameter is the total gain), "
-        "`plan_end` version 2.1 (the gain by the end of the planned run); `max_bins`: bins per run in the "
-        "likelihood. `auto (mixed)`: the default `parameterisation=\"auto\"`, which from 100 runs up samples the "
-        "start as an offset and the rest centred. `per-run partial (not kept)`: a session-5 experiment that wrote "
-        "each run's gain, timescale and shape between centred and offset by how far the run moved; removed. "
-        "Rows accumulate across invocations (`fit_geometry.csv`); what they mean: `fit_scaling.notes.md`.\n\n"
-        + markdown(table)
-    )
+    text = report(table, time.perf_counter() - started)
     (args.out / "fit_geometry.md").write_text(text)
     print(text)
 

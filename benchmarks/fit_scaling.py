@@ -115,6 +115,7 @@ def simulate_runs(model, n_runs: int, steps: int, seed: int) -> tuple[list, dict
         "size": np.array([centred_size(p, centres) for p in described]),
         "init": np.array([p.initial_cov for p in described]),
         "start": np.array([start_level(p) for p in described]),
+        "declared": np.ones(n_runs),  # every simulated run declares its initial reward
     }
     # A covariate computed from the run's own rewards (e.g. its early rise) cannot be drawn before
     # the rewards: the simulated population has no such effect (its coefficients, named

@@ -6,7 +6,7 @@ found through :func:`bayes_grpo.settings.shared_runs_dir` (``--shared``, else
 ``$BAYES_GRPO_SHARED_RUNS``, else ``../shared/external_runs``). Only the
 population posterior is written (a few hundred kB). The package's model and
 sampler defaults are used (on these 200-odd runs: the "mixed" parameterisation,
-1,000 draws after 500 tuning steps; ``benchmarks/results/fit_geometry.md``).
+1,000 draws after 500 tuning steps, about 75 s of sampling; ``benchmarks/results/fit_geometry.md``).
 The shared runs are other
 people's data: the model records how many there were and the SHA-256 of their
 ``index.csv``, not their identifiers.
@@ -30,6 +30,7 @@ from pathlib import Path
 
 import bayes_grpo as bg
 from bayes_grpo.model import DEFAULT_MODEL_PATH
+from bayes_grpo.population import MODEL_VERSION
 from bayes_grpo.settings import bundled_runs_dir, shared_runs_dir
 
 
@@ -41,6 +42,7 @@ def provenance(bundled: list[bg.RunLog], shared: Path | None, n_shared: int, arg
         "n_runs": len(bundled) + n_shared,
         "sources": {"bundled (data/runs)": len(bundled), "shared (external runs)": n_shared},
         "external_index_sha256": hashlib.sha256(index.read_bytes()).hexdigest() if index is not None and index.is_file() else None,
+        "model_version": MODEL_VERSION,
         "date": dt.date.today().isoformat(),
         "command": "python scripts/refit_default_model.py " + " ".join(argv),
     }

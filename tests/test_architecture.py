@@ -20,6 +20,7 @@ from bayes_grpo.config import GAIN_REFERENCES, PARAMETERISATIONS, ModelConfig
 from bayes_grpo.curves import CURVE_FORMS, plateau_progress, shape
 from bayes_grpo.model import FittedModel
 from bayes_grpo.population import (
+    Covariates,
     is_centred,
     natural,
     PARAMS,
@@ -129,14 +130,15 @@ def test_data_flows_one_way():
 
 
 def _runs() -> list[bg.RunLog]:
-    """Three small runs: two families on a declared range, one without family on a learned scale."""
+    """Three small runs: two families on a declared range (one declares its initial reward), one without family on a learned scale."""
     rng = np.random.default_rng(0)
     runs = []
     for i, (family, reward_range) in enumerate([("qwen", (0.0, 1.0)), ("llama", (0.0, 1.0)), (None, None)]):
         steps = np.arange(1, 81)
         rewards = 0.2 + 0.4 * (1 - np.exp(-steps / 25)) + 0.05 * rng.standard_normal(steps.size)
         frame = pd.DataFrame({"step": steps, "reward": rewards * (3.0 if reward_range is None else 1.0)})
-        runs.append(bg.read_log(frame, run_id=f"r{i}", family=family, params_b=0.5 * (i + 1), total_steps=100, reward_range=reward_range))
+        run = bg.read_log(frame, run_id=f"r{i}", family=family, params_b=0.5 * (i + 1), total_steps=100, reward_range=reward_range)
+        runs.append(run.with_meta(initial_reward=0.2) if i == 0 else run)
     return runs
 
 
@@ -240,3 +242,19 @@ def test_every_registered_form_is_a_proper_curve(form):
     np.testing.assert_allclose(symbolic, values, rtol=1e-6, atol=1e-8)  # pytensor's sigmoid differs from tanh in the last digits
     t95 = plateau_progress(form, 0.3, 2.5)
     assert shape(form, np.array([t95]), 0.3, 2.5)[0] == pytest.approx(0.95, abs=1e-6)
+
+
+def test_a_declared_start_has_its_fixed_spread_whatever_the_population_says():
+    config = ModelConfig()
+    # Population values as the fit sees them (one value per kind / family, no draw axis).
+    pop = {
+        "fam_gain": np.zeros(1), "fam_tau": np.zeros(1), "fam_gain_sd": 0.1, "fam_tau_sd": 0.1,
+        "gain_mu": np.zeros(2), "gain_sd": np.ones(2), "gain_size": 0.0, "gain_init": 0.0,
+        "tau_mu": 0.0, "tau_sd": 1.0, "tau_size": 0.0, "tau_init": 0.0, "beta_mu": 0.0, "beta_sd": 1.0,
+        "r0_sd": np.array([0.004, 0.3]), "sig_mu": np.zeros(2), "sig_sd": np.ones(2),
+    }
+    cov = Covariates(kind=np.array([0, 0, 1, 1]), family=np.zeros(4, int), size=np.zeros(4), init=np.zeros(4),
+                     start=np.full(4, 0.2), declared=np.array([1.0, 0.0, 1.0, 0.0]))
+    _, scale = run_prior(pop, cov, config)
+    declared_sd = np.asarray(config.priors.declared_start_sd)
+    np.testing.assert_allclose(scale["r0"], [declared_sd[0], 0.004, declared_sd[1], 0.3])
