@@ -213,7 +213,9 @@ class SamplerConfig:
     seed : int
         Random seed of the sampler (0).
     target_accept : float
-        NUTS target acceptance (0.9; nutpie uses its own adaptation and ignores it).
+        NUTS target acceptance of the ``"pymc"`` and ``"numpyro"`` samplers (0.9). nutpie is not
+        given it and samples at PyMC's default, 0.8 (0.7 was measured worse on the 201 runs:
+        r_hat 1.07; ``benchmarks/results/fit_scaling.notes.md``).
     progressbar : bool
         Show the sampler's progress bar (True).
 
