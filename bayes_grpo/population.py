@@ -130,7 +130,7 @@ def covariates(prepared: PreparedRun, centres: Sequence[float], families: Sequen
         size=centred_size(prepared, list(centres)),
         init=prepared.initial_cov,
         start=start_level(prepared),
-        declared=float(prepared.initial_z is not None),
+        declared=float(prepared.declares_start),
     )
 
 
@@ -325,9 +325,9 @@ def resolve_parameterisation(config: ModelConfig, n_runs: int) -> ModelConfig:
     ``"mixed"`` from :data:`MIXED_MIN_RUNS` runs up, ``"non_centred"`` below. Measured
     (``benchmarks/results/fit_geometry.md``): on the 201 bundled + shared runs mixed
     reaches max r_hat 1.01-1.02 over three seeds at about 140 leapfrog steps per draw
-    (centred did as well on two seeds), and on 8 similar simulated runs and on folds of 29-30 real runs the per-run parameters are
-    too weakly identified for their population spreads, and centring them funnels
-    (r_hat 1.1-1.8).
+    (centred did as well on two seeds); on 8 similar simulated runs and on folds of
+    29-30 real runs the per-run parameters are too weakly identified for their
+    population spreads, and centring them funnels (r_hat 1.1-1.8).
     """
     if config.parameterisation != "auto":
         return config
@@ -416,7 +416,7 @@ def build_model(prepared: list[PreparedRun], config: ModelConfig | None = None, 
             size=pm.Data("log10_size", np.array([centred_size(p, centres) for p in prepared]), dims="run"),
             init=pm.Data("initial_cov", np.array([p.initial_cov for p in prepared]), dims="run"),
             start=pm.Data("start", np.array([start_level(p) for p in prepared]), dims="run"),
-            declared=np.array([float(p.initial_z is not None) for p in prepared]),
+            declared=np.array([float(p.declares_start) for p in prepared]),
         )
         loc, scale = run_prior(population_priors(config), cov, config, xp=pt)
         has_beta = get_form(config.form).has_beta

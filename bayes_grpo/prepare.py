@@ -53,6 +53,11 @@ class PreparedRun:
     def kind_index(self) -> int:
         return SCALE_KINDS.index(self.kind)
 
+    @property
+    def declares_start(self) -> bool:
+        """Whether the run declares its initial reward (its start then has a fixed prior spread)."""
+        return self.initial_z is not None
+
     def to_reward(self, z: np.ndarray) -> np.ndarray:
         """Map normalised rewards back to the run's own reward scale."""
         return self.loc + self.unit * np.asarray(z)
@@ -84,7 +89,7 @@ def start_level(p: PreparedRun) -> float:
 
     On the learned scale ``loc`` already is that early level, hence 0.
     """
-    if p.initial_z is not None:
+    if p.declares_start:
         return p.initial_z
     if p.kind == "learned" or p.z.size == 0:
         return 0.0

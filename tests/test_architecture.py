@@ -157,8 +157,7 @@ def test_pymc_and_forecast_densities_agree(form, parameterisation, gain_at):
     pm = pytest.importorskip("pymc")
     prepared = [prepare_run(r) for r in _runs()]
     config = ModelConfig(form=form, max_bins=30, parameterisation=parameterisation, gain_at=gain_at)
-    # How centred each sampled coordinate is: 1 centred, 0 an offset.
-    weights = {name: np.full(len(prepared), float(is_centred(name, config))) for name in PARAMS}
+    centred = np.array([is_centred(name, config) for name in PARAMS])
     centres = size_centres(prepared)
     model = build_model(prepared, config, centres)
     rng = np.random.default_rng(1)
@@ -178,11 +177,10 @@ def test_pymc_and_forecast_densities_agree(form, parameterisation, gain_at):
     for r, p in enumerate(prepared):
         cov = covariates(p, centres, families)
         loc, scale = run_prior(pop, cov, config)
-        w = np.array([weights[name][r] for name in PARAMS])
         loc_r = np.array([np.ravel(loc[name])[0] for name in PARAMS])
         scale_r = np.array([np.ravel(scale[name])[0] for name in PARAMS])
         v = np.array([sampled_values[name][r] for name in PARAMS])
-        theta = (loc_r + scale_r ** (1 - w) * (v - w * loc_r))[None]
+        theta = np.where(centred, v, loc_r + scale_r * v)[None]
         # The per-run transform matches the PyMC deterministics.
         gain = natural(dict(zip(PARAMS, theta.T)), config)["gain"]
         assert float(gain[0]) == pytest.approx(float(deterministic["gain"][r]), rel=1e-9, abs=1e-12)
@@ -193,8 +191,8 @@ def test_pymc_and_forecast_densities_agree(form, parameterisation, gain_at):
         sampled = [j for j, name in enumerate(PARAMS) if names[name] in point]
         loc_v = np.array([np.ravel(loc[PARAMS[j]])[0] for j in sampled])
         scale_v = np.array([np.ravel(scale[PARAMS[j]])[0] for j in sampled])
-        # The density of theta plus the Jacobian of theta = loc + scale**(1 - w) (v - w loc) is the density of v.
-        jacobian = float(np.sum((1 - w[sampled]) * np.log(scale_v)))
+        # An offset's density is theta's density plus the Jacobian of theta = loc + scale * e.
+        jacobian = float(np.sum(~centred[sampled] * np.log(scale_v)))
         numpy_prior += float(normal_logpdf(theta[:, sampled], loc_v, scale_v)[0]) + jacobian
 
     pymc_lik = float(model.compile_logp(vars=[model["z_obs"]])(point))
