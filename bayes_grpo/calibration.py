@@ -186,7 +186,7 @@ def load_evaluation_runs(
     index = shared_index(shared_dir).set_index("run_id")["source_repo"].astype(str).to_dict()
     sources = {run.run_id: source_of(run, index) for run in runs}
     for run in runs:
-        # Recorded on the run so that a fit sees it too (bayes_grpo.prepare.run_source).
+        # Recorded on the run so that a fit sees it too (its source level; bayes_grpo.prepare.prepare_run).
         run.meta.extra["source_repo"] = sources[run.run_id]
     if max_runs is not None and max_runs < len(runs):
         runs = _spread_over_sources(runs, sources, max_runs, seed)

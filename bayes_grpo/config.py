@@ -50,6 +50,8 @@ class PriorConfig:
         Normal scales of the size and initial-reward effects on gain (in units of ``gain_sd``).
     fam_gain_sd_scale, fam_tau_sd_scale : float
         HalfNormal scales of the family spreads of gain and log timescale.
+    src_gain_sd_scale, src_tau_sd_scale : float
+        HalfNormal scales of the source spreads (repository / recipe / task) of gain and log timescale.
     tau_mu_loc, tau_mu_scale, tau_sd_scale : float
         Normal prior of the mean log timescale and HalfNormal scale of its per-run spread.
     tau_size_scale, tau_init_scale : float
@@ -74,12 +76,14 @@ class PriorConfig:
     gain_size_scale: float = 0.5
     gain_init_scale: float = 1.0
     fam_gain_sd_scale: float = 0.5
+    src_gain_sd_scale: float = 0.5
     tau_mu_loc: float = math.log(0.3)
     tau_mu_scale: float = 1.0
     tau_sd_scale: float = 0.8
     tau_size_scale: float = 0.3
     tau_init_scale: float = 1.0
     fam_tau_sd_scale: float = 0.5
+    src_tau_sd_scale: float = 0.5
     beta_mu_scale: float = 0.5
     beta_sd_scale: float = 0.5
     r0_sd_scale: tuple[float, float] = (0.1, 0.3)
@@ -130,6 +134,13 @@ class ModelConfig:
         written without this setting are read as ``"asymptote"``). Measured at the end of
         the plan, a run that never took off has a gain near zero whatever its timescale,
         which removes the slowest ridge of the fit.
+    source_level : bool
+        Add a level for a run's source (repository / recipe / task, its ``source_repo``):
+        partially pooled gain and timescale effects per source, so that runs of one source
+        are not counted as independent draws and a run from a new source gets the spread
+        between sources. Off by default: on the shared runs it changed no forecast figure
+        beyond noise and made the 201-run fit mix worse
+        (``benchmarks/results/calibration.md``, session 7).
     priors : PriorConfig
         Scales and centres of the population-level priors.
 
@@ -154,6 +165,7 @@ class ModelConfig:
     beta_prior_centre: float | None = None
     parameterisation: str = "auto"
     gain_at: str = "plan_end"
+    source_level: bool = False
     priors: PriorConfig = field(default_factory=PriorConfig)
 
     def __post_init__(self) -> None:

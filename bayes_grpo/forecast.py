@@ -679,6 +679,7 @@ def forecast(
     params_b: float | None = None,
     initial_reward: float | None = None,
     reward_range: tuple[float, float] | None = None,
+    source: str | None = None,
     n_draws: int = 1000,
     drift: float | None = None,
     seed: int = 0,
@@ -696,6 +697,10 @@ def forecast(
     family, params_b, initial_reward, reward_range : optional
         Override the run's metadata; for a run not yet started pass ``initial_reward``,
         ``total_steps`` and ``reward_range`` (and ``family``/``params_b`` when known).
+    source : str, optional
+        The run's source (repository / recipe / task; default: its ``source_repo`` metadata).
+        A source the model was fitted on gives the run that source's effect; any other
+        source, or none, the population level widened by the spread between sources.
     n_draws : int
         Trajectory draws returned (1000).
     drift : float, optional
@@ -734,6 +739,7 @@ def forecast(
         params_b=params_b,
         initial_reward=initial_reward,
         reward_range=reward_range,
+        source=source,
     )
     conditioned = condition(model, prepared, seed=seed)
     config = model.model_config

@@ -40,7 +40,7 @@ from bayes_grpo.errors import ModelError
 from bayes_grpo.forecast import Forecast, forecast
 from bayes_grpo.logs import RunLog, RunSet
 from bayes_grpo.population import MODEL_VERSION, POPULATION_VARS, build_model, resolve_parameterisation
-from bayes_grpo.prepare import PreparedRun, prepare_run, size_centres
+from bayes_grpo.prepare import SCALE_KINDS, PreparedRun, prepare_run, size_centres
 from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE
 from bayes_grpo.stopping import RelativeTo, StopDecision, stop_decision, stop_probability
 
@@ -134,6 +134,11 @@ class FittedModel:
         return [str(f) for f in self.population["family"].values]
 
     @property
+    def sources(self) -> list[str]:
+        """The sources (repository / recipe / task) the population has seen; empty for a model file without a source level."""
+        return [str(s) for s in self.population["source"].values] if "source" in self.population.coords else []
+
+    @property
     def config(self) -> dict[str, Any]:
         """Flat read-only view of the settings and provenance (model, sampler, size centres, runs)."""
         model = {k: v for k, v in self.model_config.to_dict().items() if k != "priors"}
@@ -157,7 +162,7 @@ class FittedModel:
         total_steps : int, optional
             Planned length (default: the run's metadata).
         **kwargs
-            ``family``, ``params_b``, ``initial_reward``, ``reward_range``, ``n_draws``, ``drift``,
+            ``family``, ``params_b``, ``initial_reward``, ``reward_range``, ``source``, ``n_draws``, ``drift``,
             ``seed`` (see :func:`bayes_grpo.forecast.forecast`).
 
         Returns
@@ -365,7 +370,7 @@ def load_model(path: str | os.PathLike) -> FittedModel:
         )
     idata = az.from_netcdf(str(file), engine="h5netcdf")
     posterior = idata.posterior
-    population = posterior[[v for v in POPULATION_VARS if v in posterior]].load()
+    population = _with_kind_means(posterior[[v for v in POPULATION_VARS if v in posterior]].load())
     full = any(v in posterior for v in _PER_RUN_VARS)
     diagnostics = json.loads(attrs["diagnostics"])
     return FittedModel(
@@ -377,6 +382,15 @@ def load_model(path: str | os.PathLike) -> FittedModel:
         idata=idata if full else None,
         diagnostics=FitDiagnostics(**diagnostics) if diagnostics else None,
     )
+
+
+def _with_kind_means(population: xr.Dataset) -> xr.Dataset:
+    """A population written before version 2.3, whose timescale and shape (mean and spread) were
+    shared by the scale kinds, with that one value for each kind (the model's present form)."""
+    for name in ("tau_mu", "tau_sd", "beta_mu", "beta_sd"):
+        if name in population and "kind" not in population[name].dims:
+            population[name] = population[name].expand_dims(kind=list(SCALE_KINDS), axis=-1).copy()
+    return population
 
 
 _DEFAULT: FittedModel | None = None

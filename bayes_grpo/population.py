@@ -5,12 +5,13 @@ progress ``t`` and normalised reward ``z`` (:mod:`bayes_grpo.prepare`), with the
 shape ``F`` from the curve-form registry (:mod:`bayes_grpo.curves`). A run's
 five parameters ``theta = (r0, asinh_gain, log_tau, log_beta, log_sigma)`` are
 Normal given the population, with means depending on the scale kind ``k``
-(declared range or learned unit), the family ``f`` (partially pooled), the
-centred log10 size ``x`` and the centred initial reward ``i``::
+(declared range or learned unit), the family ``f`` and the source ``s``
+(repository / recipe / task; both partially pooled), the centred log10 size
+``x`` and the centred initial reward ``i``::
 
-    asinh_gain ~ Normal(gain_mu[k] + gain_sd[k] (fam_gain[f] + gain_size x + gain_init i), gain_sd[k])
-    log_tau    ~ Normal(tau_mu + fam_tau[f] + tau_size x + tau_init i, tau_sd)
-    log_beta   ~ Normal(beta_mu, beta_sd)             (beta = 1 for forms without beta)
+    asinh_gain ~ Normal(gain_mu[k] + gain_sd[k] (fam_gain[f] + src_gain[s] + gain_size x + gain_init i), gain_sd[k])
+    log_tau    ~ Normal(tau_mu[k] + fam_tau[f] + src_tau[s] + tau_size x + tau_init i, tau_sd[k])
+    log_beta   ~ Normal(beta_mu[k], beta_sd[k])       (beta = 1 for forms without beta)
     r0         ~ Normal(start_r, r0_sd[k])
     log_sigma  ~ Normal(sig_mu[k], sig_sd[k])
     z_bin      ~ StudentT(nu, r0 + G F(t_bin) / F(1), sqrt(sigma^2 + floor^2) / sqrt(n_bin))
@@ -19,7 +20,11 @@ Here ``G = sinh(asinh_gain)`` is the gain reached by the end of the planned run
 (``G = gain * F(1)``; with ``ModelConfig.gain_at="asymptote"`` it is the total gain
 and the curve ``r0 + G F(t)``, see :func:`natural`). A run without a family, or
 (at forecast time) with a family the population has not seen, gets ``fam = 0``
-with the family spread added to the scale. The sinh keeps small gains
+with the family spread added to the scale; the same holds for sources, so a run
+from a new source gets the spread between sources on top of the spread within
+one (runs of one source share task, reward scale and recipe, so they are not
+independent draws from the population; the source level is optional,
+``ModelConfig.source_level``, and without it ``src = 0``). The sinh keeps small gains
 near-Normal while giving the heavy right tail of real runs; a gain by the end of
 the plan near zero is how the model says "no take-off".
 
@@ -60,22 +65,27 @@ from bayes_grpo.errors import ModelError
 from bayes_grpo.prepare import SCALE_KINDS, PreparedRun, bin_observations, centred_size, size_centres, start_level
 
 #: Version of this model definition, recorded in what a fit was made with (``FittedModel.fitted_on``).
-#: 2: total gain; 2.1: gain by the end of the plan; 2.2: a declared start has a fixed spread.
-MODEL_VERSION = "2.2"
+#: 2: total gain; 2.1: gain by the end of the plan; 2.2: a declared start has a fixed spread;
+#: 2.3: timescale and shape (mean and spread) per scale kind, an optional source level.
+MODEL_VERSION = "2.3"
 #: Per-run parameters, in the unconstrained space the forecast samples.
 PARAMS = ("r0", "asinh_gain", "log_tau", "log_beta", "log_sigma")
 #: Name of each parameter's standard-normal offset in the non-centred PyMC model.
 OFFSETS = {"r0": "e_r0", "asinh_gain": "e_gain", "log_tau": "e_tau", "log_beta": "e_beta", "log_sigma": "e_sig"}
 #: Population-level variables kept in a fitted model (the per-run ones are not).
 POPULATION_VARS = (
-    "gain_mu", "gain_sd", "gain_size", "gain_init", "fam_gain", "fam_gain_sd",
-    "tau_mu", "tau_sd", "tau_size", "tau_init", "fam_tau", "fam_tau_sd",
+    "gain_mu", "gain_sd", "gain_size", "gain_init", "fam_gain", "fam_gain_sd", "src_gain", "src_gain_sd",
+    "tau_mu", "tau_sd", "tau_size", "tau_init", "fam_tau", "fam_tau_sd", "src_tau", "src_tau_sd",
     "beta_mu", "beta_sd", "r0_sd", "sig_mu", "sig_sd",
 )
+#: The source-level variables, absent from model files written before version 2.3 (read as no source effect).
+SOURCE_VARS = ("src_gain", "src_gain_sd", "src_tau", "src_tau_sd")
 #: Fewest runs for which ``parameterisation="auto"`` samples ``"mixed"`` (see :func:`resolve_parameterisation`).
 MIXED_MIN_RUNS = 100
 #: Family coordinate of a fit in which no run names its family (never matches a run).
 NO_FAMILY = "(no family)"
+#: Source coordinate of a fit in which no run names its source (never matches a run).
+NO_SOURCE = "(no source)"
 # Scale given to log_beta of a form without beta: a point mass at 0 for the forecast sampler.
 _FIXED_SCALE = 1e-9
 # Smallest share of the total gain reached by the end of the plan (keeps gain = G1 / F(1) finite).
@@ -96,6 +106,9 @@ class PopulationPosterior(Protocol):
     def families(self) -> list[str]: ...
 
     @property
+    def sources(self) -> list[str]: ...
+
+    @property
     def size_centres(self) -> Sequence[float]: ...
 
     def population_arrays(self) -> dict[str, np.ndarray]: ...
@@ -107,7 +120,7 @@ class Covariates:
 
     ``kind`` indexes :data:`bayes_grpo.prepare.SCALE_KINDS`; ``family`` indexes
     the fitted families, -1 for a run without family or with one the population
-    has not seen (in the fit as at forecast time);
+    has not seen (in the fit as at forecast time); ``source`` likewise the fitted sources;
     ``size`` is the centred log10 size, ``init`` the centred initial reward,
     ``start`` the prior centre of ``r0`` and ``declared`` 1 when the run declares its
     initial reward (then ``start`` is it), else 0.
@@ -115,18 +128,19 @@ class Covariates:
 
     kind: Any
     family: Any
+    source: Any
     size: Any
     init: Any
     start: Any
     declared: Any
 
 
-def covariates(prepared: PreparedRun, centres: Sequence[float], families: Sequence[str]) -> Covariates:
-    """The covariates of one prepared run against a fitted population's size centres and families."""
-    families = list(families)
+def covariates(prepared: PreparedRun, centres: Sequence[float], families: Sequence[str], sources: Sequence[str] = ()) -> Covariates:
+    """The covariates of one prepared run against a fitted population's size centres, families and sources."""
     return Covariates(
         kind=prepared.kind_index,
-        family=families.index(prepared.family) if prepared.family in families else -1,
+        family=_index(prepared.family, families),
+        source=_index(prepared.source, sources),
         size=centred_size(prepared, list(centres)),
         init=prepared.initial_cov,
         start=start_level(prepared),
@@ -134,8 +148,15 @@ def covariates(prepared: PreparedRun, centres: Sequence[float], families: Sequen
     )
 
 
+def _index(name: str | None, names: Sequence[str]) -> int:
+    """Position of ``name`` among ``names``; -1 when it is None or not there (an unseen level)."""
+    names = list(names)
+    return names.index(name) if name in names else -1
+
+
 def population_priors(config: ModelConfig) -> dict[str, Any]:
-    """Create the population-level PyMC variables (inside a ``pm.Model`` with ``kind``/``family`` coords)."""
+    """Create the population-level PyMC variables (inside a ``pm.Model`` with ``kind``/``family`` coords, and
+    ``source`` with ``config.source_level``)."""
     import pymc as pm
 
     p = config.priors
@@ -147,15 +168,20 @@ def population_priors(config: ModelConfig) -> dict[str, Any]:
         "fam_gain_sd": pm.HalfNormal("fam_gain_sd", p.fam_gain_sd_scale),
     }
     pop["fam_gain"] = pm.Deterministic("fam_gain", pop["fam_gain_sd"] * pm.Normal("fam_gain_raw", 0, 1, dims="family"), dims="family")
-    pop["tau_mu"] = pm.Normal("tau_mu", p.tau_mu_loc, p.tau_mu_scale)
-    pop["tau_sd"] = pm.HalfNormal("tau_sd", p.tau_sd_scale)
+    pop["tau_mu"] = pm.Normal("tau_mu", p.tau_mu_loc, p.tau_mu_scale, dims="kind")
+    pop["tau_sd"] = pm.HalfNormal("tau_sd", p.tau_sd_scale, dims="kind")
     pop["tau_size"] = pm.Normal("tau_size", 0.0, p.tau_size_scale)
     pop["tau_init"] = pm.Normal("tau_init", 0.0, p.tau_init_scale)
     pop["fam_tau_sd"] = pm.HalfNormal("fam_tau_sd", p.fam_tau_sd_scale)
     pop["fam_tau"] = pm.Deterministic("fam_tau", pop["fam_tau_sd"] * pm.Normal("fam_tau_raw", 0, 1, dims="family"), dims="family")
     if get_form(config.form).has_beta:
-        pop["beta_mu"] = pm.Normal("beta_mu", config.resolved_beta_centre(), p.beta_mu_scale)
-        pop["beta_sd"] = pm.HalfNormal("beta_sd", p.beta_sd_scale)
+        pop["beta_mu"] = pm.Normal("beta_mu", config.resolved_beta_centre(), p.beta_mu_scale, dims="kind")
+        pop["beta_sd"] = pm.HalfNormal("beta_sd", p.beta_sd_scale, dims="kind")
+    if config.source_level:
+        for effect, scale in (("gain", p.src_gain_sd_scale), ("tau", p.src_tau_sd_scale)):
+            pop[f"src_{effect}_sd"] = pm.HalfNormal(f"src_{effect}_sd", scale)
+            raw = pm.Normal(f"src_{effect}_raw", 0, 1, dims="source")
+            pop[f"src_{effect}"] = pm.Deterministic(f"src_{effect}", pop[f"src_{effect}_sd"] * raw, dims="source")
     pop["r0_sd"] = pm.HalfNormal("r0_sd", sigma=np.array(p.r0_sd_scale), dims="kind")
     pop["sig_mu"] = pm.Normal("sig_mu", mu=np.array(p.sig_mu_loc), sigma=np.array(p.sig_mu_scale), dims="kind")
     pop["sig_sd"] = pm.HalfNormal("sig_sd", p.sig_sd_scale, dims="kind")
@@ -176,7 +202,7 @@ def run_prior(
         Population values by name (:data:`POPULATION_VARS`): PyMC variables, or NumPy
         arrays whose trailing axis is the posterior draw.
     cov : Covariates
-        The run(s)' kind, family (-1: unseen), size, initial reward, start and whether it is declared.
+        The run(s)' kind, family and source (-1: unseen), size, initial reward, start and whether it is declared.
     config : ModelConfig
         Curve form and prior settings.
     xp : module
@@ -188,15 +214,12 @@ def run_prior(
         ``loc[name]`` and ``scale[name]`` for each name of :data:`PARAMS`.
     """
     k = cov.kind
-    # A family the population has seen enters with its effect; an unseen one (index -1)
-    # with effect 0 and the family spread added to the scale (its effect marginalised).
-    known = np.asarray(cov.family) >= 0
-    family = np.where(known, cov.family, 0)
-    unseen = 1.0 - known
-    fam_gain = pop["fam_gain"][family] * known
-    fam_tau = pop["fam_tau"][family] * known
-    gain_sd = pop["gain_sd"][k] * xp.sqrt(1.0 + unseen * pop["fam_gain_sd"] ** 2)
-    tau_sd = xp.sqrt(pop["tau_sd"] ** 2 + unseen * pop["fam_tau_sd"] ** 2)
+    # A family or source the population has seen enters with its effect; an unseen one
+    # (index -1) with effect 0 and its spread added to the scale (its effect marginalised).
+    fam_gain, fam_gain_var, fam_tau, fam_tau_var = _level_effects(pop, "fam", cov.family)
+    src_gain, src_gain_var, src_tau, src_tau_var = _level_effects(pop, "src", cov.source)
+    gain_sd = pop["gain_sd"][k] * xp.sqrt(1.0 + fam_gain_var + src_gain_var)
+    tau_sd = xp.sqrt(pop["tau_sd"][k] ** 2 + fam_tau_var + src_tau_var)
     has_beta = get_form(config.form).has_beta
     # A declared initial reward fixes the start's spread: the population spread r0_sd is
     # learned from runs whose start is read from their rewards. (Learning it from declared
@@ -205,19 +228,38 @@ def run_prior(
     r0_sd = pop["r0_sd"][k] * (1.0 - cov.declared) + declared_sd * cov.declared
     loc = {
         "r0": cov.start,
-        "asinh_gain": pop["gain_mu"][k] + pop["gain_sd"][k] * (fam_gain + pop["gain_size"] * cov.size + pop["gain_init"] * cov.init),
-        "log_tau": pop["tau_mu"] + fam_tau + pop["tau_size"] * cov.size + pop["tau_init"] * cov.init,
-        "log_beta": pop["beta_mu"] if has_beta else 0.0,
+        "asinh_gain": pop["gain_mu"][k] + pop["gain_sd"][k] * (fam_gain + src_gain + pop["gain_size"] * cov.size + pop["gain_init"] * cov.init),
+        "log_tau": pop["tau_mu"][k] + fam_tau + src_tau + pop["tau_size"] * cov.size + pop["tau_init"] * cov.init,
+        "log_beta": pop["beta_mu"][k] if has_beta else 0.0,
         "log_sigma": pop["sig_mu"][k],
     }
     scale = {
         "r0": r0_sd,
         "asinh_gain": gain_sd,
         "log_tau": tau_sd,
-        "log_beta": pop["beta_sd"] if has_beta else _FIXED_SCALE,
+        "log_beta": pop["beta_sd"][k] if has_beta else _FIXED_SCALE,
         "log_sigma": pop["sig_sd"][k],
     }
     return loc, scale
+
+
+def _level_effects(pop: Mapping[str, Any], level: str, index: Any) -> tuple[Any, Any, Any, Any]:
+    """Gain and log-timescale effects of a partially pooled level (``"fam"`` or ``"src"``) and the variance added for unseen ones.
+
+    Returns ``(gain effect, added gain variance in gain_sd units, tau effect, added tau variance)``;
+    a population without that level (a model file written before it existed) adds nothing.
+    """
+    if f"{level}_gain" not in pop:
+        return 0.0, 0.0, 0.0, 0.0
+    known = np.asarray(index) >= 0
+    seen = np.where(known, index, 0)
+    unseen = 1.0 - known
+    return (
+        pop[f"{level}_gain"][seen] * known,
+        unseen * pop[f"{level}_gain_sd"] ** 2,
+        pop[f"{level}_tau"][seen] * known,
+        unseen * pop[f"{level}_tau_sd"] ** 2,
+    )
 
 
 def natural(theta: Mapping[str, Any], config: ModelConfig, xp: Any = np) -> dict[str, Any]:
@@ -297,7 +339,7 @@ class RunPrior:
     """
 
     def __init__(self, model: PopulationPosterior, prepared: PreparedRun, rng: np.random.Generator, n_components: int = 128):
-        cov = covariates(prepared, model.size_centres, model.families)
+        cov = covariates(prepared, model.size_centres, model.families, model.sources)
         loc, scale = run_prior(model.population_arrays(), cov, model.model_config, np)
         n = np.size(loc["log_sigma"])
         self.mean = np.stack([np.broadcast_to(loc[name], (n,)) for name in PARAMS], axis=1)
@@ -376,7 +418,7 @@ def build_model(prepared: list[PreparedRun], config: ModelConfig | None = None, 
     Returns
     -------
     pymc.Model
-        With ``run``, ``family``, ``kind`` and ``obs`` coordinates; per-run
+        With ``run``, ``family``, ``source``, ``kind`` and ``obs`` coordinates; per-run
         deterministics ``r0, gain, tau, sigma`` (and ``beta``), observed ``z_obs``.
 
     Raises
@@ -397,11 +439,13 @@ def build_model(prepared: list[PreparedRun], config: ModelConfig | None = None, 
     # Runs without a family enter with the family effect marginalised (as unseen families do
     # at forecast time); the coordinate keeps one placeholder when no run names a family.
     families = sorted({p.family for p in prepared if p.family}) or [NO_FAMILY]
+    sources = (sorted({p.source for p in prepared if p.source}) or [NO_SOURCE]) if config.source_level else []
     centres = list(centres) if centres is not None else size_centres(prepared)
     binned = [bin_observations(p.t, p.z, config.max_bins) for p in prepared]
     coords = {
         "run": [p.run_id for p in prepared],
         "family": families,
+        **({"source": sources} if sources else {}),
         "kind": list(SCALE_KINDS),
         "obs": np.arange(sum(b[0].size for b in binned)),
     }
@@ -412,7 +456,8 @@ def build_model(prepared: list[PreparedRun], config: ModelConfig | None = None, 
         run_idx = pm.Data("run_idx", np.concatenate([np.full(b[0].size, r) for r, b in enumerate(binned)]).astype("int64"), dims="obs")
         cov = Covariates(
             kind=np.array([p.kind_index for p in prepared]),
-            family=np.array([families.index(p.family) if p.family else -1 for p in prepared]),
+            family=np.array([_index(p.family, families) for p in prepared]),
+            source=np.array([_index(p.source, sources) for p in prepared]),
             size=pm.Data("log10_size", np.array([centred_size(p, centres) for p in prepared]), dims="run"),
             init=pm.Data("initial_cov", np.array([p.initial_cov for p in prepared]), dims="run"),
             start=pm.Data("start", np.array([start_level(p) for p in prepared]), dims="run"),

@@ -38,6 +38,7 @@ class PreparedRun:
 
     run_id: str
     family: str | None
+    source: str | None  # repository / recipe / task the run comes from (``source_repo``); None when unknown
     log10_size: float  # log10(params in billions); NaN when the size is unknown
     kind: str
     initial_cov: float
@@ -119,11 +120,12 @@ def prepare_run(
     params_b: float | None = None,
     initial_reward: float | None = None,
     reward_range: tuple[float, float] | None = None,
+    source: str | None = None,
     require_total: bool = True,
 ) -> PreparedRun:
     """Normalise a run (or describe a run not yet started when ``run`` is None).
 
-    Keyword arguments override the run's metadata. ``total_steps`` falls back to
+    Keyword arguments override the run's metadata (``source`` its ``source_repo``). ``total_steps`` falls back to
     the run's planned steps, then (only when ``require_total`` is False, as for
     finished training runs) to its last logged step.
     """
@@ -132,6 +134,7 @@ def prepare_run(
     params_b = params_b if params_b is not None else (meta.params_b if meta else None)
     initial_reward = initial_reward if initial_reward is not None else (meta.initial_reward if meta else None)
     reward_range = reward_range if reward_range is not None else (meta.reward_range if meta else None)
+    source = source if source is not None else (meta.extra.get("source_repo") if meta else None)
     total = total_steps if total_steps is not None else (meta.total_steps if meta else None)
     run_id = run.run_id if run is not None else "new-run"
 
@@ -175,6 +178,7 @@ def prepare_run(
     return PreparedRun(
         run_id=run_id,
         family=family.lower() if isinstance(family, str) else None,
+        source=str(source) if source else None,
         log10_size=log10_size,
         kind=kind,
         initial_cov=initial_cov,

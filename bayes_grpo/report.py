@@ -317,7 +317,8 @@ def _data_section(runs: Sequence[RunLog]) -> list[str]:
 def _diagnostics_section(model: FittedModel) -> list[str]:
     data = model.idata if model.idata is not None else model.population
     names = [v for v in TRACE_VARS if v in model.population]
-    summary = az.summary(data, var_names=names + ["fam_gain", "fam_tau", "sig_mu", "r0_sd"], kind="all", hdi_prob=0.9)
+    levels = ["fam_gain", "fam_tau"] + [v for v in ("src_gain_sd", "src_tau_sd") if v in model.population]
+    summary = az.summary(data, var_names=names + levels + ["sig_mu", "r0_sd"], kind="all", hdi_prob=0.9)
     body = []
     if model.diagnostics is not None:
         d = model.diagnostics
@@ -403,6 +404,18 @@ def _effects_section(model: FittedModel) -> list[str]:
     ax.axvline(0, color="k", lw=0.6, ls=":")
     ax.set_title("family effects (90% HDI)", fontsize=10)
     body.append(_img(ax.figure, "forest plot of family effects"))
+    if "src_gain" in pop:
+        body.append(
+            "<p>Source effects (repository / recipe / task): a run from a source the model has not seen gets "
+            f"none, with the spread between sources added (gain: {float(pop['src_gain_sd'].mean()):.2f} x gain_sd, "
+            f"log timescale: {float(pop['src_tau_sd'].mean()):.2f}, posterior means).</p>"
+        )
+        axes = az.plot_forest(pop, var_names=["src_gain", "src_tau"], combined=True, hdi_prob=0.9,
+                              figsize=(7, 1 + 0.3 * 2 * pop.sizes["source"]))
+        ax = np.ravel(axes)[0]
+        ax.axvline(0, color="k", lw=0.6, ls=":")
+        ax.set_title("source effects (90% HDI)", fontsize=10)
+        body.append(_img(ax.figure, "forest plot of source effects"))
     return body
 
 

@@ -17,7 +17,7 @@ import xarray as xr
 
 import bayes_grpo as bg
 from bayes_grpo.config import GAIN_REFERENCES, PARAMETERISATIONS, ModelConfig
-from bayes_grpo.curves import CURVE_FORMS, plateau_progress, shape
+from bayes_grpo.curves import CURVE_FORMS, DEFAULT_FORM, plateau_progress, shape
 from bayes_grpo.model import FittedModel
 from bayes_grpo.population import (
     Covariates,
@@ -130,7 +130,8 @@ def test_data_flows_one_way():
 
 
 def _runs() -> list[bg.RunLog]:
-    """Three small runs: two families on a declared range (one declares its initial reward), one without family on a learned scale."""
+    """Three small runs: two families on a declared range from one source (one declares its initial reward),
+    one without family or source on a learned scale."""
     rng = np.random.default_rng(0)
     runs = []
     for i, (family, reward_range) in enumerate([("qwen", (0.0, 1.0)), ("llama", (0.0, 1.0)), (None, None)]):
@@ -138,6 +139,7 @@ def _runs() -> list[bg.RunLog]:
         rewards = 0.2 + 0.4 * (1 - np.exp(-steps / 25)) + 0.05 * rng.standard_normal(steps.size)
         frame = pd.DataFrame({"step": steps, "reward": rewards * (3.0 if reward_range is None else 1.0)})
         run = bg.read_log(frame, run_id=f"r{i}", family=family, params_b=0.5 * (i + 1), total_steps=100, reward_range=reward_range)
+        run = run.with_meta(extra={"source_repo": "org/recipe"}) if reward_range else run
         runs.append(run.with_meta(initial_reward=0.2) if i == 0 else run)
     return runs
 
@@ -151,12 +153,12 @@ def _evaluate(model, names: list[str], point: dict) -> list[np.ndarray]:
 
 @pytest.mark.parametrize("gain_at", GAIN_REFERENCES)
 @pytest.mark.parametrize("parameterisation", PARAMETERISATIONS)
-@pytest.mark.parametrize("form", list(CURVE_FORMS))
-def test_pymc_and_forecast_densities_agree(form, parameterisation, gain_at):
+@pytest.mark.parametrize("form,source_level", [(form, False) for form in CURVE_FORMS] + [(DEFAULT_FORM, True)])
+def test_pymc_and_forecast_densities_agree(form, source_level, parameterisation, gain_at):
     """Random population values and per-run parameters (or offsets): the two log-densities agree to 1e-6."""
     pm = pytest.importorskip("pymc")
     prepared = [prepare_run(r) for r in _runs()]
-    config = ModelConfig(form=form, max_bins=30, parameterisation=parameterisation, gain_at=gain_at)
+    config = ModelConfig(form=form, max_bins=30, parameterisation=parameterisation, gain_at=gain_at, source_level=source_level)
     centred = np.array([is_centred(name, config) for name in PARAMS])
     centres = size_centres(prepared)
     model = build_model(prepared, config, centres)
@@ -168,6 +170,7 @@ def test_pymc_and_forecast_densities_agree(form, parameterisation, gain_at):
     values = dict(zip(present, _evaluate(model, present, point)))
     pop = {name: np.asarray(value)[..., None] for name, value in values.items()}
     families = [str(f) for f in model.coords["family"]]
+    sources = [str(s) for s in model.coords.get("source", [])]
     per_run = ["r0", "gain", "tau", "sigma"] + (["beta"] if "beta" in model.named_vars else [])
     deterministic = dict(zip(per_run, _evaluate(model, per_run, point)))
 
@@ -175,7 +178,7 @@ def test_pymc_and_forecast_densities_agree(form, parameterisation, gain_at):
     sampled_values = {name: point[v] if v in point else np.zeros(len(prepared)) for name, v in names.items()}
     numpy_lik = numpy_prior = 0.0
     for r, p in enumerate(prepared):
-        cov = covariates(p, centres, families)
+        cov = covariates(p, centres, families, sources)
         loc, scale = run_prior(pop, cov, config)
         loc_r = np.array([np.ravel(loc[name])[0] for name in PARAMS])
         scale_r = np.array([np.ravel(scale[name])[0] for name in PARAMS])
@@ -203,12 +206,13 @@ def test_pymc_and_forecast_densities_agree(form, parameterisation, gain_at):
     # The forecast-time prior of a run (mixture over posterior draws; here one draw) is that same Normal.
     dataset = xr.Dataset(
         {name: (("chain", "draw") + tuple(model.named_vars_to_dims.get(name, ())), np.asarray(value)[None, None]) for name, value in values.items()},
-        coords={"family": families, "kind": list(model.coords["kind"])},
+        coords={"family": families, "kind": list(model.coords["kind"]), **({"source": sources} if sources else {})},
     )
     fitted = FittedModel(population=dataset, model_config=config, size_centres=centres)
     p = prepared[0]
     prior = RunPrior(fitted, p, np.random.default_rng(0))
-    loc, scale = run_prior(pop, covariates(p, centres, families), config)
+    assert p.source == "org/recipe" and fitted.sources == (["org/recipe"] if source_level else [])
+    loc, scale = run_prior(pop, covariates(p, centres, families, sources), config)
     theta = prior.sample(np.random.default_rng(2), 5)
     expected = normal_logpdf(theta, np.array([np.ravel(loc[n])[0] for n in PARAMS]), np.array([np.ravel(scale[n])[0] for n in PARAMS]))
     np.testing.assert_allclose(prior.logpdf(theta), expected, rtol=1e-9, atol=1e-6)
@@ -248,11 +252,34 @@ def test_a_declared_start_has_its_fixed_spread_whatever_the_population_says():
     pop = {
         "fam_gain": np.zeros(1), "fam_tau": np.zeros(1), "fam_gain_sd": 0.1, "fam_tau_sd": 0.1,
         "gain_mu": np.zeros(2), "gain_sd": np.ones(2), "gain_size": 0.0, "gain_init": 0.0,
-        "tau_mu": 0.0, "tau_sd": 1.0, "tau_size": 0.0, "tau_init": 0.0, "beta_mu": 0.0, "beta_sd": 1.0,
+        "tau_mu": np.zeros(2), "tau_sd": np.ones(2), "tau_size": 0.0, "tau_init": 0.0, "beta_mu": np.zeros(2), "beta_sd": np.ones(2),
         "r0_sd": np.array([0.004, 0.3]), "sig_mu": np.zeros(2), "sig_sd": np.ones(2),
     }
-    cov = Covariates(kind=np.array([0, 0, 1, 1]), family=np.zeros(4, int), size=np.zeros(4), init=np.zeros(4),
+    cov = Covariates(kind=np.array([0, 0, 1, 1]), family=np.zeros(4, int), source=np.full(4, -1), size=np.zeros(4), init=np.zeros(4),
                      start=np.full(4, 0.2), declared=np.array([1.0, 0.0, 1.0, 0.0]))
     _, scale = run_prior(pop, cov, config)
     declared_sd = np.asarray(config.priors.declared_start_sd)
     np.testing.assert_allclose(scale["r0"], [declared_sd[0], 0.004, declared_sd[1], 0.3])
+
+
+def test_a_run_from_an_unseen_source_gets_the_spread_between_sources_and_a_seen_one_its_effect():
+    config = ModelConfig()
+    pop = {
+        "fam_gain": np.zeros(1), "fam_tau": np.zeros(1), "fam_gain_sd": 0.0, "fam_tau_sd": 0.0,
+        "src_gain": np.array([0.7, -0.7]), "src_tau": np.array([0.4, -0.4]), "src_gain_sd": 0.5, "src_tau_sd": 0.3,
+        "gain_mu": np.zeros(2), "gain_sd": np.full(2, 0.8), "gain_size": 0.0, "gain_init": 0.0,
+        "tau_mu": np.zeros(2), "tau_sd": np.full(2, 0.4), "tau_size": 0.0, "tau_init": 0.0, "beta_mu": np.zeros(2), "beta_sd": np.ones(2),
+        "r0_sd": np.full(2, 0.1), "sig_mu": np.zeros(2), "sig_sd": np.ones(2),
+    }
+    cov = Covariates(kind=np.ones(3, int), family=np.zeros(3, int), source=np.array([0, 1, -1]), size=np.zeros(3),
+                     init=np.zeros(3), start=np.zeros(3), declared=np.zeros(3))
+    loc, scale = run_prior(pop, cov, config)
+    np.testing.assert_allclose(loc["asinh_gain"], [0.8 * 0.7, -0.8 * 0.7, 0.0])
+    np.testing.assert_allclose(loc["log_tau"], [0.4, -0.4, 0.0])
+    np.testing.assert_allclose(scale["asinh_gain"], [0.8, 0.8, 0.8 * np.sqrt(1 + 0.5**2)])
+    np.testing.assert_allclose(scale["log_tau"], [0.4, 0.4, np.sqrt(0.4**2 + 0.3**2)])
+    # A model file written before the source level (no src_* variables): no source effect, no added spread.
+    old = {k: v for k, v in pop.items() if not k.startswith("src_")}
+    loc_old, scale_old = run_prior(old, cov, config)
+    np.testing.assert_allclose(loc_old["log_tau"], 0.0)
+    np.testing.assert_allclose(scale_old["asinh_gain"], 0.8)

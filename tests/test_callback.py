@@ -93,14 +93,16 @@ def peaked_reward() -> object:
 
 
 def test_stops_a_plateaued_run_early_and_logs_its_keys(tmp_path: Path) -> None:
-    # A looser rule than the defaults so that 40 tiny steps are enough evidence of a plateau.
-    callback = PlateauStoppingCallback(bg.default_model(), threshold=0.75, tolerance=0.05, check_every=5, min_fraction=0.25, verbose=False)
+    # A looser rule than the defaults so that 40 tiny steps are enough evidence of a plateau: the shipped
+    # model (2.3) learned from real runs that a flat start often takes off later, so on this flat run
+    # P(plateau) climbs only to about 0.6 by step 30 of 40.
+    callback = PlateauStoppingCallback(bg.default_model(), threshold=0.55, tolerance=0.05, check_every=5, min_fraction=0.25, verbose=False)
     trainer = _train(flat_reward(), callback, tmp_path)
     assert callback.stopped_at is not None and trainer.state.global_step < MAX_STEPS
     assert callback.family == "llama" and 0 < callback.params_b < 1e-3
     logged = [e for e in trainer.state.log_history if PROBABILITY_KEY in e]
     assert logged and all({GAIN_KEY, BEST_STEP_KEY, TAKE_OFF_KEY, PARETO_K_KEY, *FINAL_KEYS} <= set(e) for e in logged)
-    assert logged[-1][PROBABILITY_KEY] >= 0.75
+    assert logged[-1][PROBABILITY_KEY] >= 0.55
     for entry in logged:
         assert 1 <= entry[BEST_STEP_KEY] <= entry["step"]
         assert 0.0 <= entry[TAKE_OFF_KEY] <= 1.0 and np.isfinite(entry[PARETO_K_KEY])

@@ -140,7 +140,7 @@ def test_the_prior_samples_and_evaluates_the_same_population_draws(model, bundle
     assert all(values.shape[-1] == PRIOR_COMPONENTS for values in thinned.values())
     # Each kept draw is one of the model's draws, whole: every variable comes from the same draw.
     for k in range(0, PRIOR_COMPONENTS, 16):
-        (draw,) = np.flatnonzero(full["tau_mu"] == thinned["tau_mu"][k])
+        (draw,) = np.flatnonzero(full["fam_gain_sd"] == thinned["fam_gain_sd"][k])
         assert all(np.array_equal(thinned[name][..., k], values[..., draw]) for name, values in full.items())
     assert _thinned(model, rng, 10**9) is model
 
@@ -219,11 +219,17 @@ def test_regimes_follow_their_definitions(model, bundled_run) -> None:
 def test_a_flat_head_has_its_take_off_ahead_and_a_plateaued_run_does_not(model) -> None:
     rng = np.random.default_rng(0)
     t = np.arange(1, 201) / 200
-    # On a declared 0-1 range the population has seen many late take-offs: a flat head at 20% expects one.
-    flat = _quiet_forecast(model, _log(0.1 + 0.03 * rng.standard_normal(200), total=200).head(40))
-    plateaued = _quiet_forecast(model, _log(0.1 + 0.6 * (1 - np.exp(-t / 0.05)) + 0.03 * rng.standard_normal(200), total=200).head(100))
-    assert flat.regimes["take_off_ahead"] > 0.7 and plateaued.regimes["take_off_ahead"] < 0.05
-    assert plateaued.regimes["plateau"] > 0.7 and flat.regimes["plateau"] < 0.3
+    flat_rewards = 0.1 + 0.03 * rng.standard_normal(200)
+    plateaued_rewards = 0.1 + 0.6 * (1 - np.exp(-t / 0.05)) + 0.03 * rng.standard_normal(200)
+    # On a learned scale the population is the real runs', which often take off after a flat start.
+    flat = _quiet_forecast(model, _log(flat_rewards, total=200, reward_range=None).head(40))
+    plateaued = _quiet_forecast(model, _log(plateaued_rewards, total=200, reward_range=None).head(100))
+    assert flat.regimes["take_off_ahead"] > 0.3 and plateaued.regimes["take_off_ahead"] < 0.05
+    assert plateaued.regimes["plateau"] > 0.7 and flat.regimes["plateau"] < 0.5
+    # On a declared range it is the bundled CPU runs', which stay flat when flat at 20% of the run
+    # (102 of the 164 are, and 3 of those rise by more than a fifth of the range later).
+    flat_on_range = _quiet_forecast(model, _log(flat_rewards, total=200).head(40))
+    assert flat_on_range.regimes["take_off_ahead"] < 0.1 < flat_on_range.regimes["plateau"]
 
 
 def test_a_run_that_fell_from_its_peak_is_in_decline(model) -> None:
@@ -231,8 +237,8 @@ def test_a_run_that_fell_from_its_peak_is_in_decline(model) -> None:
     t = np.arange(1, 201) / 200
     # Up to 0.7 by 10% of the run, down to 0.3 by 20%, and flat there until the cut at 50%.
     level = 0.1 + np.interp(t, [0, 0.1, 0.2, 1], [0, 0.6, 0.2, 0.2])
-    fc = _quiet_forecast(model, _log(level + 0.03 * rng.standard_normal(200), total=200).head(100))
-    assert fc.regimes["decline"] > 0.7 and fc.regimes["take_off_ahead"] < 0.05
+    fc = _quiet_forecast(model, _log(level + 0.03 * rng.standard_normal(200), total=200, reward_range=None).head(100))
+    assert fc.regimes["decline"] > 0.85 and fc.regimes["take_off_ahead"] < 0.1
 
 
 def test_a_run_not_yet_started_has_no_rise_so_far(model) -> None:
