@@ -5,7 +5,7 @@ progress ``t`` and normalised reward ``z`` (:mod:`bayes_grpo.prepare`), with the
 shape ``F`` from the curve-form registry (:mod:`bayes_grpo.curves`). A run's
 five parameters ``theta = (r0, asinh_gain, log_tau, log_beta, log_sigma)`` are
 Normal given the population, with means depending on the scale kind ``k``
-(declared range or learned unit), the family ``f`` and the source ``s``
+(declared range or learned unit), the family ``f`` and, optionally, the source ``s``
 (repository / recipe / task; both partially pooled), the centred log10 size
 ``x`` and the centred initial reward ``i``::
 
@@ -78,8 +78,6 @@ POPULATION_VARS = (
     "tau_mu", "tau_sd", "tau_size", "tau_init", "fam_tau", "fam_tau_sd", "src_tau", "src_tau_sd",
     "beta_mu", "beta_sd", "r0_sd", "sig_mu", "sig_sd",
 )
-#: The source-level variables, absent from model files written before version 2.3 (read as no source effect).
-SOURCE_VARS = ("src_gain", "src_gain_sd", "src_tau", "src_tau_sd")
 #: Fewest runs for which ``parameterisation="auto"`` samples ``"mixed"`` (see :func:`resolve_parameterisation`).
 MIXED_MIN_RUNS = 100
 #: Family coordinate of a fit in which no run names its family (never matches a run).
