@@ -245,7 +245,8 @@ def _level_effects(pop: Mapping[str, Any], level: str, index: Any) -> tuple[Any,
     """Gain and log-timescale effects of a partially pooled level (``"fam"`` or ``"src"``) and the variance added for unseen ones.
 
     Returns ``(gain effect, added gain variance in gain_sd units, tau effect, added tau variance)``;
-    a population without that level (a model file written before it existed) adds nothing.
+    a population without that level (the source level when ``ModelConfig.source_level`` is off, or a
+    model file written before it existed) adds nothing.
     """
     if f"{level}_gain" not in pop:
         return 0.0, 0.0, 0.0, 0.0
@@ -416,8 +417,9 @@ def build_model(prepared: list[PreparedRun], config: ModelConfig | None = None, 
     Returns
     -------
     pymc.Model
-        With ``run``, ``family``, ``source``, ``kind`` and ``obs`` coordinates; per-run
-        deterministics ``r0, gain, tau, sigma`` (and ``beta``), observed ``z_obs``.
+        With ``run``, ``family``, ``kind`` and ``obs`` coordinates (and ``source`` with
+        ``config.source_level``); per-run deterministics ``r0, gain, tau, sigma`` (and
+        ``beta``), observed ``z_obs``.
 
     Raises
     ------

@@ -6,7 +6,7 @@ found through :func:`bayes_grpo.settings.shared_runs_dir` (``--shared``, else
 ``$BAYES_GRPO_SHARED_RUNS``, else ``../shared/external_runs``). Only the
 population posterior is written (a few hundred kB). The package's model and
 sampler defaults are used (on these 200-odd runs: the "mixed" parameterisation,
-1,000 draws after 500 tuning steps, about 85-90 s of sampling; ``benchmarks/results/fit_geometry.md``).
+1,000 draws after 500 tuning steps, about 110-140 s of sampling for model 2.3; ``benchmarks/results/fit_geometry.md``).
 The shared runs are other
 people's data: the model records how many there were and the SHA-256 of their
 ``index.csv``, not their identifiers.
