@@ -446,7 +446,7 @@ def fit(
     model_config : ModelConfig or dict, optional
         Model settings, or a dict of overrides of the defaults (see :class:`ModelConfig`).
     sampler_config : SamplerConfig or dict, optional
-        Sampler settings, or a dict of overrides (defaults: 1000 draws and tuning steps,
+        Sampler settings, or a dict of overrides (defaults: 2000 draws after 500 tuning steps,
         2 chains; 200 in quick mode, ``BAYES_GRPO_QUICK=1``).
     form, max_bins : optional
         Shortcuts overriding ``model_config.form`` / ``model_config.max_bins``.
@@ -504,6 +504,10 @@ def fit(
             options.update(nuts_sampler="numpyro", target_accept=sconfig.target_accept, nuts_sampler_kwargs={"chain_method": chain_method})
         idata = pm.sample(**options)
         seconds = time.perf_counter() - started
+        # The data-based starts (population.gain_variable) matter only to the sampler, and
+        # PyMC's model transforms (the pointwise log-likelihood below) refuse models that carry them.
+        for rv in model.free_RVs:
+            model.set_initval(rv, None)
         if keep_full and "log_likelihood" not in idata:
             # nutpie and numpyro ignore idata_kwargs: add the pointwise log-likelihood LOO needs.
             pm.compute_log_likelihood(idata, progressbar=False)

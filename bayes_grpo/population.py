@@ -35,7 +35,8 @@ level), each written once against an array namespace (NumPy or PyTensor):
 
 * :func:`build_model` - the PyMC model that is fitted (each per-run parameter
   centred, ``theta ~ Normal(loc, scale)``, or an offset, ``theta = loc + scale * e``,
-  as :attr:`~bayes_grpo.config.ModelConfig.parameterisation` says);
+  as :attr:`~bayes_grpo.config.ModelConfig.parameterisation` says; a centred gain is
+  sampled sheared by the start, :func:`gain_variable`);
 * :class:`RunPrior` and :func:`log_likelihood` - the density that conditions one
   run at forecast time (:mod:`bayes_grpo.forecast`);
 * :func:`simulate` - the posterior predictive of logged rewards (report PPCs).
@@ -72,6 +73,8 @@ MODEL_VERSION = "2.3"
 PARAMS = ("r0", "asinh_gain", "log_tau", "log_beta", "log_sigma")
 #: Name of each parameter's standard-normal offset in the non-centred PyMC model.
 OFFSETS = {"r0": "e_r0", "asinh_gain": "e_gain", "log_tau": "e_tau", "log_beta": "e_beta", "log_sigma": "e_sig"}
+#: What NUTS samples for a centred gain: ``asinh_gain`` plus the start's scaled deviation (:func:`gain_variable`).
+SHEARED_GAIN = "asinh_end_rise"
 #: Population-level variables kept in a fitted model (the per-run ones are not).
 POPULATION_VARS = (
     "gain_mu", "gain_sd", "gain_size", "gain_init", "fam_gain", "fam_gain_sd", "src_gain", "src_gain_sd",
@@ -376,19 +379,28 @@ def resolve_parameterisation(config: ModelConfig, n_runs: int) -> ModelConfig:
 
 
 def sampled_name(name: str, config: ModelConfig) -> str:
-    """Name of the PyMC variable NUTS samples for per-run parameter ``name``: itself (centred) or its offset."""
-    return name if is_centred(name, config) else OFFSETS[name]
+    """Name of the PyMC variable NUTS samples for per-run parameter ``name``: itself or the sheared gain (centred), or its offset."""
+    if not is_centred(name, config):
+        return OFFSETS[name]
+    return SHEARED_GAIN if name == "asinh_gain" else name
+
+
+#: Per-run parameters that ``"mixed"`` samples as offsets (see :func:`is_centred`).
+MIXED_OFFSETS = ("r0", "log_beta")
 
 
 def is_centred(name: str, config: ModelConfig) -> bool:
     """Whether per-run parameter ``name`` is sampled centred under ``config.parameterisation``.
 
-    ``"mixed"`` centres everything but the start ``r0``: a run's rewards pin down its gain,
-    timescale, shape and noise far more tightly than the population does, but a start
-    read from its first rewards only about as tightly as the (small) population spread
-    of such starts, where an offset mixes better.
+    ``"mixed"`` centres the gain, timescale and noise, which a run's rewards pin down far more
+    tightly than the population does, and samples as offsets the start ``r0`` (read from the
+    first rewards only about as tightly as the small population spread of such starts) and
+    the shape ``log_beta`` (on the 201 bundled + shared runs the posterior spread of 137 of
+    the 164 bundled runs' shapes is within 30% of the population spread: their rewards say
+    little about it, and centring it made ``beta_sd`` the slowest variable; session 8 in
+    ``benchmarks/results/fit_scaling.notes.md``).
     """
-    return config.parameterisation == "centred" or (config.parameterisation == "mixed" and name != "r0")
+    return config.parameterisation == "centred" or (config.parameterisation == "mixed" and name not in MIXED_OFFSETS)
 
 
 def per_run_variable(name: str, loc: Any, scale: Any, config: ModelConfig) -> Any:
@@ -398,6 +410,31 @@ def per_run_variable(name: str, loc: Any, scale: Any, config: ModelConfig) -> An
     if is_centred(name, config):
         return pm.Normal(name, loc, scale, dims="run")
     return loc + scale * pm.Normal(OFFSETS[name], 0, 1, dims="run")
+
+
+def end_rise(prepared: PreparedRun, binned_z: np.ndarray) -> float:
+    """How far a run's last three bins sit above its expected start (normalised units): a rough plan-end gain."""
+    return float(np.mean(binned_z[-3:]) - start_level(prepared))
+
+
+def gain_variable(loc: Any, scale: Any, r0: Any, start: Any, rise: np.ndarray) -> Any:
+    """Centred ``asinh_gain ~ Normal(loc, scale)``, sampled as ``u = asinh_gain + (r0 - start) / sqrt(1 + rise^2)``.
+
+    A run's rewards pin its level at the end of the plan, ``r0 + sinh(asinh_gain)``, far more
+    tightly than its start or gain alone, so NUTS would move along a narrow ridge in
+    ``(r0, asinh_gain)`` (posterior correlation -0.87 in the median bundled run). ``u``
+    follows the end level to first order (``1 / sqrt(1 + rise^2)`` is ``1 / cosh`` at the
+    run's observed gain ``rise``), and the ridge becomes an axis: 33-40 leapfrog steps per
+    draw instead of about 175 on the 201 bundled + shared runs. Given ``r0`` the shift is a
+    constant, so ``u ~ Normal(loc + shift, scale)`` has a unit Jacobian and the model is
+    unchanged. ``u`` starts at ``asinh(rise)`` rather than the population mean, so no chain
+    begins a whole reward range away from its run's data.
+    """
+    import pymc as pm
+
+    shift = (r0 - start) / np.sqrt(1.0 + rise**2)
+    u = pm.Normal(SHEARED_GAIN, loc + shift, scale, dims="run", initval=np.arcsinh(rise))
+    return pm.Deterministic("asinh_gain", u - shift, dims="run")
 
 
 def build_model(prepared: list[PreparedRun], config: ModelConfig | None = None, centres: Sequence[float] | None = None, **overrides: Any) -> Any:
@@ -467,9 +504,14 @@ def build_model(prepared: list[PreparedRun], config: ModelConfig | None = None, 
         has_beta = get_form(config.form).has_beta
         theta = {
             name: per_run_variable(name, loc[name], scale[name], config)
-            for name in ("asinh_gain", "log_tau", "r0", "log_sigma", "log_beta")
+            for name in ("r0", "log_tau", "log_sigma", "log_beta")
             if name != "log_beta" or has_beta
         }
+        if is_centred("asinh_gain", config):
+            rise = np.array([end_rise(p, b[1]) for p, b in zip(prepared, binned)])
+            theta["asinh_gain"] = gain_variable(loc["asinh_gain"], scale["asinh_gain"], theta["r0"], cov.start, rise)
+        else:
+            theta["asinh_gain"] = per_run_variable("asinh_gain", loc["asinh_gain"], scale["asinh_gain"], config)
         theta.setdefault("log_beta", pt.zeros(len(prepared)))
         params = natural(theta, config, xp=pt)
         for name in ("gain", "tau", "r0", "sigma") + (("beta",) if has_beta else ()):

@@ -71,3 +71,14 @@ def markdown(table: pd.DataFrame, digits: int = 3) -> str:
 def verdict(ok: bool) -> str:
     """'met' or '**missed**'."""
     return "met" if ok else "**missed**"
+
+
+def parameterisation_label(requested: str, config) -> str:
+    """A fit's parameterisation as a table label: what was asked, and for ``auto`` what it resolved to and
+    which variable NUTS samples for each per-run parameter (``e_*``: an offset; ``asinh_end_rise``: the
+    sheared gain, since session 8)."""
+    from bayes_grpo.population import PARAMS, sampled_name
+
+    sampled = ", ".join(sampled_name(name, config) for name in PARAMS)
+    return f"auto ({config.parameterisation}: {sampled})" if requested == "auto" else f"{requested}: {sampled}"
+

@@ -27,7 +27,7 @@ import warnings
 from pathlib import Path
 
 import pandas as pd
-from common import RESULTS, command_line, markdown, provenance
+from common import RESULTS, command_line, markdown, parameterisation_label, provenance
 
 from bayes_grpo.config import GAIN_REFERENCES, PARAMETERISATIONS, ModelConfig, SamplerConfig
 from bayes_grpo.population import MODEL_VERSION
@@ -56,7 +56,7 @@ def fit_once(parameterisation: str, draws: int, chains: int, seed: int, gain_at:
     return {
         "model": MODEL_VERSION,
         "parameterisation": parameterisation,
-        "resolved": model.model_config.parameterisation,
+        "label": parameterisation_label(parameterisation, model.model_config),
         "gain_at": gain_at,
         "max_bins": max_bins,
         "tune": tune,
@@ -93,7 +93,9 @@ def report(table: pd.DataFrame, seconds: float) -> str:
         "per draw; `wall_s`: build, compilation and sampling. `gain_at`: `asymptote` (the gain parameter is the "
         "total gain) or `plan_end` (the gain by the end of the planned run); `max_bins`: bins per run in the "
         "likelihood. `auto (mixed)`: the default `parameterisation=\"auto\"`, which from 100 runs up samples the "
-        "start as an offset and the rest centred. `per-run partial (not kept)`: a session-5 experiment that wrote "
+        "start as an offset and the rest centred (until session 7); since session 8 the label lists what NUTS samples "
+        "for each per-run parameter (`e_*`: an offset; `asinh_end_rise`: the gain sheared by the start, "
+        "`bayes_grpo.population.gain_variable`). `per-run partial (not kept)`: a session-5 experiment that wrote "
         "each run's gain, timescale and shape between centred and offset by how far the run moved; removed. "
         "Rows accumulate across invocations (`fit_geometry.csv`); what they mean: `fit_scaling.notes.md`.\n\n"
         + markdown(table)
@@ -123,8 +125,7 @@ def main() -> None:
         print(f"fitting ({parameterisation}, {args.draws} draws) ...", flush=True)
         done = subprocess.run(command, capture_output=True, text=True, check=True)
         row = json.loads(done.stdout.strip().splitlines()[-1])
-        resolved = row.pop("resolved")
-        label = f"auto ({resolved})" if parameterisation == "auto" else parameterisation
+        label = row.pop("label")
         rows.append({**row, "parameterisation": label, "command": command_line(), "finished_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())})
         print(rows[-1], flush=True)
     table_path = args.out / "fit_geometry.csv"

@@ -65,6 +65,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from common import parameterisation_label
 
 from bayes_grpo.config import PARAMETERISATIONS, ModelConfig
 
@@ -198,7 +199,7 @@ def fit_worker(spec: dict) -> dict:
         "bins_per_run": bins,
         "runs_x_bins": spec["runs"] * bins,
         "sampler": diag.sampler,
-        "parameterisation": spec["parameterisation"] if spec["parameterisation"] != "auto" else f"auto ({fitted.model_config.parameterisation})",
+        "parameterisation": parameterisation_label(spec["parameterisation"], fitted.model_config),
         "gain_at": fitted.model_config.gain_at,
         "draws": spec["draws"],
         "chains": spec["chains"],

@@ -17,7 +17,7 @@ from bayes_grpo.config import ModelConfig, SamplerConfig, merge
 from bayes_grpo.curves import fit_paper_law, reward_curve
 from bayes_grpo.errors import ModelError
 from bayes_grpo.model import DEFAULT_MODEL_PATH, FORMAT_ATTR, FORMAT_VERSION
-from bayes_grpo.population import MODEL_VERSION, OFFSETS, build_model
+from bayes_grpo.population import MODEL_VERSION, OFFSETS, SHEARED_GAIN, build_model
 from bayes_grpo.prepare import prepare_run
 from bayes_grpo.settings import shared_runs_dir
 
@@ -152,7 +152,7 @@ def test_sampler_defaults_follow_quick_mode(monkeypatch):
     monkeypatch.setenv("BAYES_GRPO_QUICK", "1")
     assert SamplerConfig().draws == 200 and SamplerConfig().tune == 200
     monkeypatch.setenv("BAYES_GRPO_QUICK", "0")
-    assert SamplerConfig().draws == 1000 and SamplerConfig().tune == 500 and SamplerConfig().chains == 2
+    assert SamplerConfig().draws == 2000 and SamplerConfig().tune == 500 and SamplerConfig().chains == 2
 
 
 def test_forecast_frame_is_a_valid_fan_up_to_total_steps():
@@ -231,9 +231,9 @@ def test_paper_law_point_fit_recovers_a_sigmoid():
 @pytest.mark.parametrize(
     "parameterisation, sampled",
     [
-        ("centred", {"asinh_gain", "log_tau", "log_beta", "r0", "log_sigma"}),
+        ("centred", {SHEARED_GAIN, "log_tau", "log_beta", "r0", "log_sigma"}),
         ("non_centred", set(OFFSETS.values())),
-        ("mixed", {"asinh_gain", "log_tau", "log_beta", "e_r0", "log_sigma"}),
+        ("mixed", {SHEARED_GAIN, "log_tau", "e_beta", "e_r0", "log_sigma"}),
     ],
 )
 def test_each_parameterisation_samples_the_per_run_parameters_it_names(parameterisation, sampled):
