@@ -502,16 +502,14 @@ def build_model(prepared: list[PreparedRun], config: ModelConfig | None = None, 
         )
         loc, scale = run_prior(population_priors(config), cov, config, xp=pt)
         has_beta = get_form(config.form).has_beta
-        theta = {
-            name: per_run_variable(name, loc[name], scale[name], config)
-            for name in ("r0", "log_tau", "log_sigma", "log_beta")
-            if name != "log_beta" or has_beta
-        }
-        if is_centred("asinh_gain", config):
+        sheared = is_centred("asinh_gain", config)
+        # The sheared gain needs r0, so it comes last; offsets keep the order of earlier versions
+        # (the order of the sampled vector changes a seeded fit's draws, not its posterior).
+        order = ("r0", "log_tau", "log_sigma", "log_beta") if sheared else ("asinh_gain", "log_tau", "r0", "log_sigma", "log_beta")
+        theta = {name: per_run_variable(name, loc[name], scale[name], config) for name in order if name != "log_beta" or has_beta}
+        if sheared:
             rise = np.array([end_rise(p, b[1]) for p, b in zip(prepared, binned)])
             theta["asinh_gain"] = gain_variable(loc["asinh_gain"], scale["asinh_gain"], theta["r0"], cov.start, rise)
-        else:
-            theta["asinh_gain"] = per_run_variable("asinh_gain", loc["asinh_gain"], scale["asinh_gain"], config)
         theta.setdefault("log_beta", pt.zeros(len(prepared)))
         params = natural(theta, config, xp=pt)
         for name in ("gain", "tau", "r0", "sigma") + (("beta",) if has_beta else ()):
