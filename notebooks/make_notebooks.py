@@ -48,7 +48,7 @@ overview.groupby("family").agg(runs=("run", "count"), sizes=("params_b", lambda 
 
 data_figure(runs);""",
     "## Fit\n\nIn quick mode the fit uses six runs and 150 draws per chain (about a minute); otherwise every run and "
-    "1000 draws per chain. `bg.fit` picks nutpie when it is installed.",
+    "the default 2000 draws per chain. `bg.fit` picks nutpie when it is installed.",
     """fit_runs = pick_runs(runs, 6) if QUICK else runs
 model = bg.fit(fit_runs, draws=150 if QUICK else None, tune=150 if QUICK else None, progressbar=not QUICK)
 print(model.diagnostics)""",
