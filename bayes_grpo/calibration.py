@@ -211,7 +211,12 @@ def grouped_folds(sources: Mapping[str, str], n_folds: int, seed: int = 0) -> di
     """Assign runs to folds so that no source is on both sides of a fold.
 
     Sources are shuffled (seeded), then placed largest first into the fold with
-    the fewest runs so far, which keeps folds balanced in runs.
+    the fewest runs so far *of their kind* (the project's bundled runs, or
+    others' runs: :func:`is_bundled`), ties going to the fold with the fewest
+    runs in all. Every fold then holds its share of both kinds, so each real
+    run is forecast by a model that saw most of the other real sources, as the
+    shipped model sees all of them (placing by total size alone put the few,
+    small real sources together into the last folds).
 
     Parameters
     ----------
@@ -245,11 +250,14 @@ def grouped_folds(sources: Mapping[str, str], n_folds: int, seed: int = 0) -> di
     names = sorted(groups)
     np.random.default_rng(seed).shuffle(names)
     names.sort(key=lambda s: -len(groups[s]))  # stable: shuffled order breaks ties
-    sizes = [0] * n_folds
+    sizes = np.zeros(n_folds, dtype=int)
+    kind_sizes = {kind: np.zeros(n_folds, dtype=int) for kind in (False, True)}
     fold_of: dict[str, int] = {}
     for source in names:
-        fold = int(np.argmin(sizes))
+        of_kind = kind_sizes[is_bundled(source)]
+        fold = int(np.lexsort((sizes, of_kind))[0])  # fewest of its kind, then fewest in all
         sizes[fold] += len(groups[source])
+        of_kind[fold] += len(groups[source])
         fold_of.update({run_id: fold for run_id in groups[source]})
     return fold_of
 

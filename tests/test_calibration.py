@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import bayes_grpo as bg
 from bayes_grpo import calibration, measures
 from bayes_grpo.errors import BayesGrpoError
-from bayes_grpo.settings import FORECAST_QUANTILES, shared_runs_dir
+from bayes_grpo.settings import FORECAST_QUANTILES, GENERATOR_SOURCE, shared_runs_dir
 
 
 @settings(max_examples=200, deadline=None)
@@ -34,6 +34,23 @@ def test_grouped_folds_never_split_a_source_and_stay_balanced(groups: list[int],
         assert fold_of_source.setdefault(sources[run_id], fold) == fold  # one source, one fold
     sizes = np.bincount(list(fold_of.values()), minlength=n_folds)
     assert sizes.max() - sizes.min() <= max(groups)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    bundled=st.lists(st.integers(min_value=10, max_value=60), min_size=1, max_size=4),
+    real=st.lists(st.integers(min_value=1, max_value=4), min_size=5, max_size=30),
+    seed=st.integers(min_value=0, max_value=2**16),
+)
+def test_grouped_folds_give_every_fold_its_share_of_real_runs(bundled: list[int], real: list[int], seed: int) -> None:
+    # A few large bundled sources used to fill the first folds and push every real run into the last ones.
+    sources = {f"b{g}-r{k}": f"{GENERATOR_SOURCE}/task{g}" for g, size in enumerate(bundled) for k in range(size)}
+    sources |= {f"s{g}-r{k}": f"owner{g}/repo" for g, size in enumerate(real) for k in range(size)}
+    fold_of = calibration.grouped_folds(sources, 5, seed)
+    real_per_fold = np.bincount([fold for run_id, fold in fold_of.items() if run_id.startswith("s")], minlength=5)
+    assert real_per_fold.max() - real_per_fold.min() <= max(real)
+    bundled_per_fold = np.bincount([fold for run_id, fold in fold_of.items() if run_id.startswith("b")], minlength=5)
+    assert bundled_per_fold.max() - bundled_per_fold.min() <= max(bundled)
 
 
 def test_grouped_splits_partition_the_runs_by_fold(few_runs) -> None:
