@@ -66,6 +66,11 @@ class FitDiagnostics:
         The NUTS implementation used.
     seconds : float
         Wall time of the sampling.
+    steps_per_draw : float
+        Mean leapfrog steps per draw of the slowest chain (NaN when the sampler does not
+        report them, and in model files saved before it was recorded). Healthy fits of the bundled
+        and shared runs take 30-65; a chain far above the others has adapted a tiny step size
+        (e.g. to a run whose reward moves in one step) and makes the fit slow.
     """
 
     max_r_hat: float
@@ -73,6 +78,7 @@ class FitDiagnostics:
     divergences: int
     sampler: str
     seconds: float
+    steps_per_draw: float = float("nan")
 
     @property
     def ok(self) -> bool:
@@ -80,10 +86,11 @@ class FitDiagnostics:
         return self.max_r_hat < 1.05 and self.min_ess_bulk > 100 and self.divergences == 0
 
     def __str__(self) -> str:
-        return (
+        text = (
             f"sampler={self.sampler} time={self.seconds:.1f}s max r_hat={self.max_r_hat:.3f} "
             f"min bulk ESS={self.min_ess_bulk:.0f} divergences={self.divergences}"
         )
+        return text if np.isnan(self.steps_per_draw) else f"{text} steps/draw (slowest chain)={self.steps_per_draw:.0f}"
 
 
 @dataclass
@@ -552,13 +559,16 @@ def _pick_sampler(requested: str | None) -> str:
 def _diagnose(idata: az.InferenceData, sampler: str, seconds: float) -> FitDiagnostics:
     names = [v for v in POPULATION_VARS if v in idata.posterior] + list(_PER_RUN_VARS)
     summary = az.summary(idata, var_names=names, kind="diagnostics")
-    divergences = int(idata.sample_stats["diverging"].sum()) if "diverging" in idata.sample_stats else 0
+    stats = idata.sample_stats
+    divergences = int(stats["diverging"].sum()) if "diverging" in stats else 0
+    steps = next((stats[name] for name in ("n_steps", "num_steps") if name in stats), None)
     return FitDiagnostics(
         max_r_hat=float(summary["r_hat"].max()),
         min_ess_bulk=float(summary["ess_bulk"].min()),
         divergences=divergences,
         sampler=sampler,
         seconds=seconds,
+        steps_per_draw=float(steps.mean(dim="draw").max()) if steps is not None else float("nan"),
     )
 
 

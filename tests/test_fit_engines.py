@@ -91,6 +91,8 @@ def test_numpyro_fit_records_its_engine_and_diagnostics(numpyro_fit) -> None:
     gain_mu = az.summary(idata, var_names=["gain_mu"], kind="diagnostics")
     assert np.isfinite(diag.max_r_hat) and diag.max_r_hat >= float(gain_mu["r_hat"].max())
     assert 0 < diag.min_ess_bulk <= float(gain_mu["ess_bulk"].min())
+    steps = next(idata.sample_stats[name] for name in ("n_steps", "num_steps") if name in idata.sample_stats)
+    assert diag.steps_per_draw == pytest.approx(float(steps.mean("draw").max())) and diag.steps_per_draw >= 1
     assert "log_likelihood" in idata
 
 

@@ -68,6 +68,10 @@ def test_fit_recovers_known_parameters(simulated_fit):
     fam_tau = posterior["fam_tau"].mean(("chain", "draw")).to_series()
     assert fam_tau["qwen"] < fam_tau["llama"]
     assert model.diagnostics is not None and model.diagnostics.max_r_hat < 1.1
+    # The cost of the fit, per chain: the slowest chain's mean leapfrog steps per draw.
+    per_chain = model.idata.sample_stats["n_steps"].mean("draw").values
+    assert model.diagnostics.steps_per_draw == pytest.approx(per_chain.max()) and per_chain.min() >= 1
+    assert f"steps/draw (slowest chain)={per_chain.max():.0f}" in str(model.diagnostics)
 
 
 @pytest.mark.slow
