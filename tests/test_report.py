@@ -38,6 +38,7 @@ def test_report_is_self_contained_with_every_section(report):
     assert len(re.findall(r'<img [^>]*src="data:image/png;base64,', page)) >= 7
     assert not re.search(r'(src|href)="(https?:)?//', page)  # nothing fetched from the network
     assert "r_hat" in page and "ess_bulk" in page and "elpd_loo" in page and "fam_gain" in page
+    assert re.search(r"Leapfrog steps per draw, per chain: \d+, \d+\.", page)  # the quick fit's two chains
     forecasts = page.split('<section id="forecasts">')[1].split("</section>")[0]
     assert all(column in forecasts for column in ("P(take-off ahead)", "P(plateau)", "P(decline)", "ESS", "Pareto k", "truth"))
     # The report reads no file: without results passed in, it says so instead of looking in benchmarks/results.
