@@ -250,13 +250,12 @@ def grouped_folds(sources: Mapping[str, str], n_folds: int, seed: int = 0) -> di
     names = sorted(groups)
     np.random.default_rng(seed).shuffle(names)
     names.sort(key=lambda s: -len(groups[s]))  # stable: shuffled order breaks ties
-    sizes = np.zeros(n_folds, dtype=int)
     kind_sizes = {kind: np.zeros(n_folds, dtype=int) for kind in (False, True)}
     fold_of: dict[str, int] = {}
     for source in names:
         of_kind = kind_sizes[is_bundled(source)]
-        fold = int(np.lexsort((sizes, of_kind))[0])  # fewest of its kind, then fewest in all
-        sizes[fold] += len(groups[source])
+        in_all = kind_sizes[False] + kind_sizes[True]
+        fold = int(np.lexsort((in_all, of_kind))[0])  # fewest of its kind, then fewest in all
         of_kind[fold] += len(groups[source])
         fold_of.update({run_id: fold for run_id in groups[source]})
     return fold_of

@@ -561,15 +561,27 @@ def _diagnose(idata: az.InferenceData, sampler: str, seconds: float) -> FitDiagn
     summary = az.summary(idata, var_names=names, kind="diagnostics")
     stats = idata.sample_stats
     divergences = int(stats["diverging"].sum()) if "diverging" in stats else 0
-    steps = next((stats[name] for name in ("n_steps", "num_steps") if name in stats), None)
+    steps = steps_per_chain(idata)
     return FitDiagnostics(
         max_r_hat=float(summary["r_hat"].max()),
         min_ess_bulk=float(summary["ess_bulk"].min()),
         divergences=divergences,
         sampler=sampler,
         seconds=seconds,
-        steps_per_draw=float(steps.mean(dim="draw").max()) if steps is not None else float("nan"),
+        steps_per_draw=float(steps.max()) if steps is not None else float("nan"),
     )
+
+
+def steps_per_chain(idata: az.InferenceData) -> xr.DataArray | None:
+    """Mean leapfrog steps per draw of each chain (None when the sampler does not report them).
+
+    nutpie and PyMC's NUTS call the statistic ``n_steps``, numpyro ``num_steps``.
+    """
+    stats = idata.get("sample_stats")
+    if stats is None:
+        return None
+    steps = next((stats[name] for name in ("n_steps", "num_steps") if name in stats), None)
+    return None if steps is None else steps.mean("draw")
 
 
 def compare_forms(runs: RunSet | Iterable[RunLog], forms: Iterable[str] = CURVE_FORMS, **fit_options: Any) -> tuple[Any, dict[str, FittedModel]]:

@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from bayes_grpo.errors import ModelError
 from bayes_grpo.logs import RunLog
 from bayes_grpo.measures import cut, final_reward, horizon
+from bayes_grpo.model import steps_per_chain
 from bayes_grpo.population import simulate
 from bayes_grpo.prepare import prepare_run
 
@@ -330,10 +331,10 @@ def _diagnostics_section(model: FittedModel) -> list[str]:
     if model.idata is not None and "diverging" in model.idata.get("sample_stats", {}):
         per_chain = model.idata.sample_stats["diverging"].sum("draw").values
         body.append(f"<p>Divergences per chain: {', '.join(str(int(v)) for v in per_chain)}.</p>")
-    if model.idata is not None and "n_steps" in model.idata.get("sample_stats", {}):
+    steps = steps_per_chain(model.idata) if model.idata is not None else None
+    if steps is not None:
         # One chain far above the others adapted a tiny step size: the fit was slow, not wrong.
-        steps = model.idata.sample_stats["n_steps"].mean("draw").values
-        body.append(f"<p>Leapfrog steps per draw, per chain: {', '.join(f'{v:.0f}' for v in steps)}.</p>")
+        body.append(f"<p>Leapfrog steps per draw, per chain: {', '.join(f'{v:.0f}' for v in steps.values)}.</p>")
     body.append(_table(summary))
     panels = sum(int(np.prod([n for d, n in model.population[v].sizes.items() if d not in ("chain", "draw")])) for v in names)
     if model.population.sizes.get("chain", 1) > 1:
