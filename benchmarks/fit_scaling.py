@@ -76,8 +76,8 @@ RUNS_PER_SOURCE = 5
 REWARD_RANGE = (0.0, 1.0)
 RANGE_KIND = 0
 #: Columns that identify one setting (a new row replaces an old one with the same values).
-FIT_KEY = ["runs", "steps", "draws", "chains", "sampler", "parameterisation", "gain_at"]
-GRADIENT_KEY = ["runs", "steps", "backend"]
+FIT_KEY = ["runs", "steps", "draws", "chains", "sampler", "device", "parameterisation", "gain_at"]
+GRADIENT_KEY = ["runs", "steps", "backend", "device"]
 
 
 def population_truth(model) -> dict[str, np.ndarray]:
@@ -199,6 +199,7 @@ def fit_worker(spec: dict) -> dict:
         "bins_per_run": bins,
         "runs_x_bins": spec["runs"] * bins,
         "sampler": diag.sampler,
+        "device": _jax_device() if diag.sampler == "numpyro" else "cpu",
         "parameterisation": parameterisation_label(spec["parameterisation"], fitted.model_config),
         "gain_at": fitted.model_config.gain_at,
         "draws": spec["draws"],
@@ -308,6 +309,8 @@ def merge_rows(path: Path, rows: list[dict], key: list[str]) -> pd.DataFrame:
     new = pd.DataFrame(rows)
     if path.exists():
         old = pd.read_csv(path)
+        if "device" in key and "device" not in old:  # rows from before the device column: all measured on CPU
+            old = old.assign(device="cpu")
         if set(key) <= set(old.columns):
             fresh = set(map(tuple, new[key].astype(str).values))
             old = old[[tuple(row) not in fresh for row in old[key].astype(str).values]]
@@ -352,18 +355,19 @@ def write_report(fits: pd.DataFrame, gradients: pd.DataFrame, out: Path) -> None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if len(fits):  # rows from before these options: non-centred and the gain at the asymptote, the only choices then
+    if len(fits):  # rows from before these options: CPU, non-centred and the gain at the asymptote, the only choices then
         fits = fits.assign(
+            device=fits.get("device", pd.Series(index=fits.index, dtype=object)).fillna("cpu"),
             parameterisation=fits.get("parameterisation", pd.Series(index=fits.index, dtype=object)).fillna("non_centred"),
             gain_at=fits.get("gain_at", pd.Series(index=fits.index, dtype=object)).fillna("asymptote"),
         )
-        columns = [c for c in fits.columns if c not in ("parameterisation", "gain_at")]
-        fits = fits[columns[: columns.index("sampler") + 1] + ["parameterisation", "gain_at"] + columns[columns.index("sampler") + 1 :]]
+        columns = [c for c in fits.columns if c not in ("device", "parameterisation", "gain_at")]
+        fits = fits[columns[: columns.index("sampler") + 1] + ["device", "parameterisation", "gain_at"] + columns[columns.index("sampler") + 1 :]]
     ok_fits = fits[fits["status"] == "ok"] if "status" in fits else fits.iloc[0:0]
     ok_gradients = gradients[gradients["status"] == "ok"] if "status" in gradients else gradients.iloc[0:0]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     if len(ok_fits):
-        setting = ok_fits["sampler"] + " " + ok_fits["parameterisation"] + ", gain at " + ok_fits["gain_at"] + ", " + ok_fits["steps"].astype(str) + " steps, " + ok_fits["draws"].astype(str) + " draws"
+        setting = ok_fits["sampler"] + " (" + ok_fits["device"] + ") " + ok_fits["parameterisation"] + ", gain at " + ok_fits["gain_at"] + ", " + ok_fits["steps"].astype(str) + " steps, " + ok_fits["draws"].astype(str) + " draws"
         _loglog(axes[0], ok_fits.assign(setting=setting), "wall_s", "setting", "{}", "wall time of the fit (s)")
     axes[0].set_title("whole fit", fontsize=9)
     if len(ok_gradients):
@@ -377,8 +381,8 @@ def write_report(fits: pd.DataFrame, gradients: pd.DataFrame, out: Path) -> None
         return table.drop(columns=["command"], errors="ignore").to_markdown(index=False) if len(table) else "(none yet)"
 
     commands = sorted(set(fits.get("command", pd.Series(dtype=str)).dropna()) | set(gradients.get("command", pd.Series(dtype=str)).dropna()))
-    fit_slopes = {setting: exponent(group, "wall_s") for setting, group in ok_fits.groupby(["sampler", "parameterisation", "gain_at", "steps", "draws"])} if len(ok_fits) else {}
-    grad_slopes = {backend: exponent(group, "grad_ms") for backend, group in ok_gradients.groupby("backend")} if len(ok_gradients) else {}
+    fit_slopes = {setting: exponent(group, "wall_s") for setting, group in ok_fits.groupby(["sampler", "device", "parameterisation", "gain_at", "steps", "draws"])} if len(ok_fits) else {}
+    grad_slopes = {setting: exponent(group, "grad_ms") for setting, group in ok_gradients.groupby(["backend", "device"])} if len(ok_gradients) else {}
     lines = [
         "# Fit cost vs number of runs and steps",
         "",
@@ -399,7 +403,7 @@ def write_report(fits: pd.DataFrame, gradients: pd.DataFrame, out: Path) -> None
         "",
         table_or_none(fits),
         "",
-        *[f"- Exponent of wall time in runs x bins ({s}, {p}, gain at {g}, {st} steps, {d} draws): {v:.2f}" for (s, p, g, st, d), v in fit_slopes.items() if v is not None],
+        *[f"- Exponent of wall time in runs x bins ({s} on {dev}, {p}, gain at {g}, {st} steps, {d} draws): {v:.2f}" for (s, dev, p, g, st, d), v in fit_slopes.items() if v is not None],
         "",
         "## Cost of one log-density + gradient",
         "",
@@ -408,7 +412,7 @@ def write_report(fits: pd.DataFrame, gradients: pd.DataFrame, out: Path) -> None
         "",
         table_or_none(gradients),
         "",
-        *[f"- Exponent of per-gradient time in runs x bins ({b}): {v:.2f}" for b, v in grad_slopes.items() if v is not None],
+        *[f"- Exponent of per-gradient time in runs x bins ({b} on {dev}): {v:.2f}" for (b, dev), v in grad_slopes.items() if v is not None],
         "",
         "![fit scaling](fit_scaling.png)",
         "",
