@@ -459,7 +459,9 @@ def fit(
         Shortcuts overriding ``model_config.form`` / ``model_config.max_bins``.
     draws, tune, chains, sampler, seed, progressbar : optional
         Shortcuts overriding the same fields of ``sampler_config``. ``sampler`` is "nutpie",
-        "numpyro" or "pymc" (default: the first installed, in that order).
+        "numpyro" or "pymc" (default: the first installed, in that order). numpyro samples on a
+        GPU when JAX sees one, but for this model that was slower than nutpie on two CPU cores at
+        every size measured, 40 to 10,240 runs (``benchmarks/results/fit_scaling.md``).
     keep_full : bool
         Keep the full InferenceData (per-run parameters, log-likelihood for LOO) on the result.
 

@@ -182,6 +182,8 @@ def fit_worker(spec: dict) -> dict:
     from bayes_grpo.config import merge
 
     warnings.simplefilter("ignore")
+    device = _jax_device() if spec["sampler"] == "numpyro" else "cpu"
+    print(json.dumps({"device": device}), flush=True)  # known to the parent even if the fit times out
     truth_model = _truth_model(spec)
     runs, truth = simulate_runs(truth_model, spec["runs"], spec["steps"], spec["seed"])
     sampler_config = {"draws": spec["draws"], "tune": spec["draws"], "chains": spec["chains"], "seed": spec["seed"], "progressbar": False}
@@ -199,7 +201,7 @@ def fit_worker(spec: dict) -> dict:
         "bins_per_run": bins,
         "runs_x_bins": spec["runs"] * bins,
         "sampler": diag.sampler,
-        "device": _jax_device() if diag.sampler == "numpyro" else "cpu",
+        "device": device,
         "parameterisation": parameterisation_label(spec["parameterisation"], fitted.model_config),
         "gain_at": fitted.model_config.gain_at,
         "draws": spec["draws"],
@@ -236,6 +238,8 @@ def gradient_worker(spec: dict) -> dict:
     from bayes_grpo.prepare import prepare_run, size_centres
 
     warnings.simplefilter("ignore")
+    device = _jax_device() if spec["backend"] == "jax" else "cpu"
+    print(json.dumps({"device": device}), flush=True)
     truth_model = _truth_model(spec)
     runs, _ = simulate_runs(truth_model, spec["runs"], spec["steps"], spec["seed"])
     prepared = [prepare_run(run, require_total=False) for run in runs]
@@ -266,7 +270,7 @@ def gradient_worker(spec: dict) -> dict:
         "bins_per_run": bins,
         "runs_x_bins": spec["runs"] * bins,
         "backend": spec["backend"],
-        "device": _jax_device() if spec["backend"] == "jax" else "cpu",
+        "device": device,
         "n_params": int(sum(np.size(point[v.name]) for v in model.value_vars)),
         "compile_s": round(compile_s, 2),
         "grad_ms": round(1000 * seconds, 4),
@@ -296,17 +300,23 @@ def run_worker(spec: dict, timeout: float) -> dict:
     base = {k: spec[k] for k in ("runs", "steps") + (("backend",) if spec["mode"] == "gradients" else ("draws", "chains", "sampler"))}
     try:
         done = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return {**base, "status": f"timeout after {timeout:.0f} s", "load_1min": round(os.getloadavg()[0], 2)}
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        return {**base, "status": "failed: " + (done.stderr.strip().splitlines() or ["?"])[-1][:200]}
-    return json.loads(lines[-1])
+    except subprocess.TimeoutExpired as stopped:
+        return {**base, **_printed(stopped.stdout), "status": f"timeout after {timeout:.0f} s", "load_1min": round(os.getloadavg()[0], 2)}
+    if done.returncode != 0 or "status" not in _printed(done.stdout):
+        return {**base, **_printed(done.stdout), "status": "failed: " + (done.stderr.strip().splitlines() or ["?"])[-1][:200]}
+    return _printed(done.stdout)
+
+
+def _printed(stdout: str | bytes | None) -> dict:
+    """The JSON lines a worker printed, merged in order (the early ``device`` line, then the row)."""
+    text = stdout.decode(errors="replace") if isinstance(stdout, bytes) else (stdout or "")
+    return {key: value for line in text.splitlines() if line.startswith("{") for key, value in json.loads(line).items()}
 
 
 def merge_rows(path: Path, rows: list[dict], key: list[str]) -> pd.DataFrame:
     """The table at ``path`` with ``rows`` added, replacing older rows with the same ``key``; written back."""
     new = pd.DataFrame(rows)
+    new = new.reindex(columns=[*new.columns, *(k for k in key if k not in new.columns)])  # a failed row lacks some
     if path.exists():
         old = pd.read_csv(path)
         if "device" in key and "device" not in old:  # rows from before the device column: all measured on CPU
@@ -334,18 +344,20 @@ def _loglog(ax, table: pd.DataFrame, y: str, by: str, label: str, ylabel: str) -
     """Points of ``y`` against runs x bins, one line per value of ``by``, and the fitted power law."""
     from matplotlib.ticker import NullFormatter
 
+    import matplotlib.pyplot as plt
+
+    ax.set_prop_cycle(color=plt.cm.tab20.colors)  # more settings than the default ten colours
     for value, group in table.groupby(by):
         group = group.sort_values("runs_x_bins")
-        ax.loglog(group["runs_x_bins"], group[y], "o-", label=label.format(value))
         slope = exponent(group, y)
-        if slope is not None:
-            ax.plot([], [], " ", label=f"  exponent {slope:.2f}")
+        ax.loglog(group["runs_x_bins"], group[y], "o-", label=label.format(value) + ("" if slope is None else f" (exponent {slope:.2f})"))
     ticks = sorted(int(v) for v in table["runs_x_bins"].unique())
     ax.set_xticks(ticks, [str(v) for v in ticks], fontsize=7)
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("runs x bins (likelihood terms)")
     ax.set_ylabel(ylabel)
-    ax.legend(fontsize=7)
+    # Below the axes: the whole-fit panel has a dozen settings, whose labels would hide the points.
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(0.0, -0.16), frameon=False)
 
 
 def write_report(fits: pd.DataFrame, gradients: pd.DataFrame, out: Path) -> None:
@@ -365,7 +377,7 @@ def write_report(fits: pd.DataFrame, gradients: pd.DataFrame, out: Path) -> None
         fits = fits[columns[: columns.index("sampler") + 1] + ["device", "parameterisation", "gain_at"] + columns[columns.index("sampler") + 1 :]]
     ok_fits = fits[fits["status"] == "ok"] if "status" in fits else fits.iloc[0:0]
     ok_gradients = gradients[gradients["status"] == "ok"] if "status" in gradients else gradients.iloc[0:0]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 7.5), gridspec_kw={"width_ratios": [1.6, 1]})
     if len(ok_fits):
         setting = ok_fits["sampler"] + " (" + ok_fits["device"] + ") " + ok_fits["parameterisation"] + ", gain at " + ok_fits["gain_at"] + ", " + ok_fits["steps"].astype(str) + " steps, " + ok_fits["draws"].astype(str) + " draws"
         _loglog(axes[0], ok_fits.assign(setting=setting), "wall_s", "setting", "{}", "wall time of the fit (s)")
@@ -373,8 +385,8 @@ def write_report(fits: pd.DataFrame, gradients: pd.DataFrame, out: Path) -> None
     if len(ok_gradients):
         _loglog(axes[1], ok_gradients.assign(setting=ok_gradients["backend"] + " (" + ok_gradients["device"] + ")"), "grad_ms", "setting", "{}", "one log-density + gradient (ms)")
     axes[1].set_title("per gradient", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(out / "fit_scaling.png", dpi=120)
+    fig.subplots_adjust(left=0.06, right=0.98, top=0.95, bottom=0.4, wspace=0.2)
+    fig.savefig(out / "fit_scaling.png", dpi=110)
     plt.close(fig)
 
     def table_or_none(table: pd.DataFrame) -> str:
