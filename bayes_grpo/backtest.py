@@ -12,7 +12,7 @@ rule stops the run at the first check that says stop.
 The model behind each run's forecasts was fitted **without the run's source**
 (cross-validation grouped by source, :func:`bayes_grpo.calibration.grouped_folds`);
 folds run through :func:`bayes_grpo.parallel.map_jobs`. With a cache folder
-(:func:`cached_fit_fold`) each fold's fit is saved as a model file named by the
+(:func:`bayes_grpo.calibration.cached_fit_fold`) each fold's fit is saved as a model file named by the
 model code, the training runs and the sampler settings, so trying a new rule
 costs only the replay's forecasts.
 
@@ -41,8 +41,6 @@ most 0.05), which knows the future and bounds what any rule can save.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -54,8 +52,7 @@ import numpy as np
 import pandas as pd
 
 from bayes_grpo import measures
-from bayes_grpo.calibration import BUNDLED_SOURCE, fit_fold, fold_health, grouped_splits, is_bundled, run_seed
-from bayes_grpo.config import ModelConfig, SamplerConfig
+from bayes_grpo.calibration import BUNDLED_SOURCE, cached_fit_fold, fold_health, grouped_splits, is_bundled, run_seed
 from bayes_grpo.errors import BayesGrpoError
 from bayes_grpo.logs import RunLog
 from bayes_grpo.parallel import map_jobs
@@ -89,8 +86,6 @@ SELECTION_TOLERANCES = (0.005, 0.01, 0.02)
 SELECTION_MIN_FRACTIONS = (0.2, 0.3, 0.4, 0.5)
 #: The selection's constraint: at most this share of the training runs with regret above :data:`ORACLE_REGRET`.
 MAX_BAD_SHARE = 0.10
-#: The package's files whose contents decide what a fit returns: a change in any of them refits a cached fold.
-MODEL_CODE_FILES = ("config.py", "curves.py", "population.py", "prepare.py", "model.py")
 
 
 def check_indices(run: RunLog, start: float = CHECK_START, every: float = CHECK_EVERY) -> tuple[np.ndarray, np.ndarray]:
@@ -647,97 +642,6 @@ class BacktestJob:
         return f"fold {self.fold + 1}/{self.n_folds}: {fitted}, replay {len(self.test)}"
 
 
-def fold_cache_key(train: Sequence[RunLog], fit_options: Mapping[str, Any], seed: int) -> str:
-    """Hex digest naming one fold's fit in a cache: the model code, the training runs and the sampler settings.
-
-    It hashes the contents of :data:`MODEL_CODE_FILES`, every training run (id,
-    steps, rewards, metadata), the fit's keyword arguments and seed, and the
-    default :class:`~bayes_grpo.config.ModelConfig` and
-    :class:`~bayes_grpo.config.SamplerConfig` as this process sees them (so quick
-    mode, ``BAYES_GRPO_QUICK=1``, and full settings never share an entry).
-
-    Parameters
-    ----------
-    train : sequence of RunLog
-        The fold's training runs (their order does not matter).
-    fit_options : mapping
-        Keyword arguments of :func:`bayes_grpo.fit`.
-    seed : int
-        The fit's seed.
-
-    Returns
-    -------
-    str
-        64 hex characters.
-
-    Example
-    -------
-    >>> fold_cache_key(train, {}, 0)  # doctest: +SKIP
-    '3f9c...'
-    """
-    digest = hashlib.sha256()
-    package = Path(__file__).resolve().parent
-    for name in MODEL_CODE_FILES:
-        digest.update(name.encode() + b"\0" + (package / name).read_bytes() + b"\0")
-    for run in sorted(train, key=lambda r: r.run_id):
-        digest.update(run.run_id.encode() + b"\0")
-        digest.update(np.asarray(run.steps, dtype=np.float64).tobytes())
-        digest.update(np.asarray(run.rewards, dtype=np.float64).tobytes())
-        digest.update(repr(run.meta.describe()).encode())
-    settings = {
-        "fit_options": dict(fit_options),
-        "seed": seed,
-        "model_config": ModelConfig().to_dict(),
-        "sampler_config": SamplerConfig().to_dict(),
-    }
-    digest.update(json.dumps(settings, sort_keys=True, default=str).encode())
-    return digest.hexdigest()
-
-
-def cached_fit_fold(
-    train: Sequence[RunLog], fit_options: Mapping[str, Any], seed: int, cache_dir: str | Path | None
-) -> tuple[FittedModel, bool]:
-    """:func:`bayes_grpo.calibration.fit_fold`, reading and writing ``cache_dir/fold-<key>.nc`` when a folder is given.
-
-    A cached fit is a :meth:`~bayes_grpo.model.FittedModel.save` file (population
-    posterior and fit diagnostics) named by :func:`fold_cache_key`, so it is only
-    reused for the same model code, training runs and sampler settings. With
-    ``cache_dir=None`` this is a plain fit.
-
-    Parameters
-    ----------
-    train : sequence of RunLog
-        The fold's training runs.
-    fit_options : mapping
-        Keyword arguments of :func:`bayes_grpo.fit`.
-    seed : int
-        The fit's seed.
-    cache_dir : path-like or None
-        Folder of cached fold fits (created when missing).
-
-    Returns
-    -------
-    (FittedModel, bool)
-        The model, and whether it came from the cache.
-
-    Example
-    -------
-    >>> model, from_cache = cached_fit_fold(train, {}, 0, "/tmp/bt_cache")  # doctest: +SKIP
-    """
-    from bayes_grpo.model import load_model
-
-    if cache_dir is None:
-        return fit_fold(train, fit_options, seed), False
-    path = Path(cache_dir) / f"fold-{fold_cache_key(train, fit_options, seed)}.nc"
-    if path.is_file():
-        return load_model(path), True
-    model = fit_fold(train, fit_options, seed)
-    partial = path.with_suffix(".partial.nc")
-    model.save(partial, full=False)
-    partial.replace(path)
-    return model, False
-
-
 def run_backtest_fold(job: BacktestJob) -> tuple[list[RunTrace], dict[str, Any]]:
     """Fit one fold (unless a model is given; from the cache when it holds it) and replay its held-out runs: (traces, fold health)."""
     if job.model is not None:
@@ -816,7 +720,8 @@ def backtest(
     n_jobs, cluster, progress
         Passed to :func:`bayes_grpo.parallel.map_jobs`.
     cache_dir : path-like, optional
-        Folder of cached fold fits (:func:`cached_fit_fold`): a rerun with the
+        Folder of cached fold fits (:func:`bayes_grpo.calibration.cached_fit_fold`, shared with
+        the calibration benchmark's folds of the same runs and seed): a rerun with the
         same model code, runs and sampler settings skips the fits and only
         replays the forecasts and rules.
 

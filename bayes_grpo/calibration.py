@@ -36,11 +36,16 @@ to its planned end at a steady interval).
 Sources: the ``source_repo`` of each shared external run (from the metadata the
 loader attaches, else from ``index.csv``), and one source for all bundled runs.
 Folds are fitted and scored through :func:`bayes_grpo.parallel.map_jobs`, so they
-run on local processes or a Dask cluster with the same result.
+run on local processes or a Dask cluster with the same result. With a cache folder
+(:func:`cached_fit_fold`) each fold's fit is kept as a model file named by the model
+code, the training runs and the sampler settings; the stopping backtest
+(:mod:`bayes_grpo.backtest`) fits the same folds, so the two benchmarks share the fits.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import warnings
 import zlib
@@ -53,6 +58,7 @@ import numpy as np
 import pandas as pd
 
 from bayes_grpo import measures
+from bayes_grpo.config import ModelConfig, SamplerConfig
 from bayes_grpo.curves import fit_paper_law
 from bayes_grpo.errors import BayesGrpoError, LogError
 from bayes_grpo.forecast import PARETO_K_MAX
@@ -69,6 +75,8 @@ if TYPE_CHECKING:
 #: Source name of a run that records none (a bundled run records its generator task, :func:`is_bundled`).
 BUNDLED_SOURCE = "bundled"
 Quantity = Literal["window", "final"]
+#: The package's files whose contents decide what a fit returns: a change in any of them refits a cached fold.
+MODEL_CODE_FILES = ("config.py", "curves.py", "population.py", "prepare.py", "model.py")
 
 
 # ------------------------------------------------------------------ runs and sources
@@ -488,6 +496,7 @@ class FoldJob:
     fit_options: Mapping[str, Any] = field(default_factory=dict)
     seed: int = 0
     quantity: Quantity = "window"
+    cache_dir: str | None = None
 
     @property
     def name(self) -> str:
@@ -512,6 +521,97 @@ def fit_fold(train: Sequence[RunLog], fit_options: Mapping[str, Any], seed: int)
             log.setLevel(level)
 
 
+def fold_cache_key(train: Sequence[RunLog], fit_options: Mapping[str, Any], seed: int) -> str:
+    """Hex digest naming one fold's fit in a cache: the model code, the training runs and the sampler settings.
+
+    It hashes the contents of :data:`MODEL_CODE_FILES`, every training run (id,
+    steps, rewards, metadata), the fit's keyword arguments and seed, and the
+    default :class:`~bayes_grpo.config.ModelConfig` and
+    :class:`~bayes_grpo.config.SamplerConfig` as this process sees them (so quick
+    mode, ``BAYES_GRPO_QUICK=1``, and full settings never share an entry).
+
+    Parameters
+    ----------
+    train : sequence of RunLog
+        The fold's training runs (their order does not matter).
+    fit_options : mapping
+        Keyword arguments of :func:`bayes_grpo.fit`.
+    seed : int
+        The fit's seed.
+
+    Returns
+    -------
+    str
+        64 hex characters.
+
+    Example
+    -------
+    >>> fold_cache_key(train, {}, 0)  # doctest: +SKIP
+    '3f9c...'
+    """
+    digest = hashlib.sha256()
+    package = Path(__file__).resolve().parent
+    for name in MODEL_CODE_FILES:
+        digest.update(name.encode() + b"\0" + (package / name).read_bytes() + b"\0")
+    for run in sorted(train, key=lambda r: r.run_id):
+        digest.update(run.run_id.encode() + b"\0")
+        digest.update(np.asarray(run.steps, dtype=np.float64).tobytes())
+        digest.update(np.asarray(run.rewards, dtype=np.float64).tobytes())
+        digest.update(repr(run.meta.describe()).encode())
+    settings = {
+        "fit_options": dict(fit_options),
+        "seed": seed,
+        "model_config": ModelConfig().to_dict(),
+        "sampler_config": SamplerConfig().to_dict(),
+    }
+    digest.update(json.dumps(settings, sort_keys=True, default=str).encode())
+    return digest.hexdigest()
+
+
+def cached_fit_fold(
+    train: Sequence[RunLog], fit_options: Mapping[str, Any], seed: int, cache_dir: str | Path | None
+) -> tuple[FittedModel, bool]:
+    """:func:`fit_fold`, reading and writing ``cache_dir/fold-<key>.nc`` when a folder is given.
+
+    A cached fit is a :meth:`~bayes_grpo.model.FittedModel.save` file (population
+    posterior and fit diagnostics) named by :func:`fold_cache_key`, so it is only
+    reused for the same model code, training runs and sampler settings. With
+    ``cache_dir=None`` this is a plain fit.
+
+    Parameters
+    ----------
+    train : sequence of RunLog
+        The fold's training runs.
+    fit_options : mapping
+        Keyword arguments of :func:`bayes_grpo.fit`.
+    seed : int
+        The fit's seed.
+    cache_dir : path-like or None
+        Folder of cached fold fits (created when missing).
+
+    Returns
+    -------
+    (FittedModel, bool)
+        The model, and whether it came from the cache.
+
+    Example
+    -------
+    >>> model, from_cache = cached_fit_fold(train, {}, 0, "/tmp/bt_cache")  # doctest: +SKIP
+    """
+    from bayes_grpo.model import load_model
+
+    if cache_dir is None:
+        return fit_fold(train, fit_options, seed), False
+    path = Path(cache_dir) / f"fold-{fold_cache_key(train, fit_options, seed)}.nc"
+    if path.is_file():
+        return load_model(path), True
+    model = fit_fold(train, fit_options, seed)
+    partial = path.with_suffix(".partial.nc")
+    model.save(partial, full=False)
+    partial.replace(path)
+    return model, False
+
+
 def fold_health(model: FittedModel) -> dict[str, Any]:
     """Sampler figures of a fold's fit: sampler, seconds, max r_hat, min bulk ESS, divergences."""
     diagnostics = model.diagnostics
@@ -520,10 +620,10 @@ def fold_health(model: FittedModel) -> dict[str, Any]:
 
 
 def run_fold(job: FoldJob) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Fit one fold and score its held-out runs: (scores, fold health)."""
-    model = fit_fold(job.train, job.fit_options, job.seed + job.fold)
+    """Fit one fold (from the cache when it holds it) and score its held-out runs: (scores, fold health)."""
+    model, from_cache = cached_fit_fold(job.train, job.fit_options, job.seed + job.fold, job.cache_dir)
     scores = evaluate(model, job.test, job.fractions, seed=job.seed, quantity=job.quantity)
-    health = {"fold": job.fold, "train_runs": len(job.train), "test_runs": len(job.test), **fold_health(model)}
+    health = {"fold": job.fold, "train_runs": len(job.train), "test_runs": len(job.test), **fold_health(model), "cached": from_cache}
     return scores.assign(fold=job.fold), health
 
 
@@ -544,10 +644,12 @@ def fold_jobs(
     fit_options: Mapping[str, Any] | None = None,
     seed: int = 0,
     quantity: Quantity = "window",
+    cache_dir: str | Path | None = None,
 ) -> list[FoldJob]:
     """The folds of a cross-validation grouped by source (see :func:`grouped_folds`), as jobs."""
+    cache = None if cache_dir is None else str(cache_dir)
     return [
-        FoldJob(fold, n_folds, train, test, tuple(fractions), dict(fit_options or {}), seed, quantity)
+        FoldJob(fold, n_folds, train, test, tuple(fractions), dict(fit_options or {}), seed, quantity, cache)
         for fold, (train, test) in enumerate(grouped_splits(runs, sources, n_folds, seed))
     ]
 
@@ -564,6 +666,7 @@ def cross_validate(
     n_jobs: int | None = 1,
     cluster: str | None = None,
     progress: bool = True,
+    cache_dir: str | Path | None = None,
 ) -> CrossValidation:
     """Cross-validate forecasts with folds grouped by source: no source is on both sides of a fold.
 
@@ -587,12 +690,18 @@ def cross_validate(
         Passed to :func:`bayes_grpo.parallel.map_jobs`: folds run on ``n_jobs``
         local processes (default 1: each fit already uses every core for its
         chains), or on a Dask cluster.
+    cache_dir : path-like, optional
+        Folder of cached fold fits (:func:`cached_fit_fold`): a rerun with the same
+        model code, runs, sampler settings and seed skips the fits and only scores the
+        forecasts. The stopping backtest (:func:`bayes_grpo.backtest.backtest`) splits the
+        same runs into the same folds with the same fit seeds, so the two share entries.
 
     Returns
     -------
     CrossValidation
         ``scores`` (rows of :func:`evaluate_run` plus ``fold``, ``source`` and
-        ``set`` = "real" / "bundled") and ``folds`` (one row of fit health per fold).
+        ``set`` = "real" / "bundled") and ``folds`` (one row of fit health per fold,
+        ``cached`` saying whether it came from the cache).
 
     Raises
     ------
@@ -605,7 +714,7 @@ def cross_validate(
     >>> cv = cross_validate(runs, sources, n_folds=5, fit_options={"draws": 300, "tune": 300})  # doctest: +SKIP
     >>> summarise(cv.scores)  # doctest: +SKIP
     """
-    jobs = fold_jobs(runs, sources, n_folds, fractions=fractions, fit_options=fit_options, seed=seed, quantity=quantity)
+    jobs = fold_jobs(runs, sources, n_folds, fractions=fractions, fit_options=fit_options, seed=seed, quantity=quantity, cache_dir=cache_dir)
     results = map_jobs(run_fold, jobs, n_jobs=n_jobs, cluster=cluster, progress=progress, desc="calibration folds")
     scores = pd.concat([s for s, _ in results], ignore_index=True)
     scores["source"] = scores["run_id"].map(sources)

@@ -56,7 +56,7 @@ def main() -> None:
     parser.add_argument("--chains", type=int, help="chains per fit (default: the package's)")
     parser.add_argument("--model", help="replay with this saved model ('default': the shipped one) instead of fitting folds")
     parser.add_argument("--every", type=float, default=backtest.CHECK_EVERY, help="spacing of the checks, share of the steps (default 0.02)")
-    parser.add_argument("--cache", type=Path, help="folder of cached fold fits: a rerun with the same model code, runs and sampler settings skips the fits")
+    parser.add_argument("--cache", type=Path, help="folder of cached fold fits: a rerun with the same model code, runs and sampler settings skips the fits (shared with calibration.py --cache)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder to write the results to (default benchmarks/results)")
     args = parser.parse_args()
     warnings.simplefilter("ignore")

@@ -14,6 +14,7 @@ ESS, Pareto k-hat, proposals and regime weights; fold health, targets, the comma
 
     python benchmarks/calibration.py                                   # 5 folds, package sampler defaults
     python benchmarks/calibration.py --cluster tcp://scheduler:8786    # folds on a Dask cluster
+    python benchmarks/calibration.py --cache ~/.cache/bayes_grpo_folds # keep the fold fits; a rerun only scores
     BAYES_GRPO_QUICK=1 python benchmarks/calibration.py --max-runs 12 --folds 3 --out /tmp/cal   # smoke test
 """
 
@@ -71,6 +72,12 @@ def _figures(part: pd.DataFrame, error: str) -> dict:
     }  # fmt: skip
 
 
+def cache_note(folds: pd.DataFrame) -> str:
+    """How many fold fits came from the ``--cache`` folder (the wall time then leaves their fits out)."""
+    cached = int(folds["cached"].sum()) if "cached" in folds else 0
+    return f" ({cached} of {len(folds)} fold fits read from the cache)" if cached else ""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_args(parser)
@@ -79,6 +86,10 @@ def main() -> None:
     parser.add_argument("--chains", type=int, help="chains per fit (default: the package's)")
     parser.add_argument("--quantity", choices=["window", "final"], default="window", help="what is scored (bayes_grpo.calibration)")
     parser.add_argument("--lcpfn", type=Path, default=RESULTS / "lcpfn_runs.csv", help="LC-PFN per-run scores to set beside (when the file exists)")
+    parser.add_argument(
+        "--cache", type=Path,
+        help="folder of cached fold fits: a rerun with the same model code, runs and sampler settings skips the fits (shared with backtest_stopping.py --cache)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder to write the results to (default benchmarks/results)")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
@@ -89,7 +100,7 @@ def main() -> None:
     started = time.perf_counter()
     cv = calibration.cross_validate(
         runs, sources, n_folds=args.folds, fit_options=options, seed=args.seed, quantity=args.quantity,
-        n_jobs=args.jobs, cluster=args.cluster, progress=not args.quiet,
+        n_jobs=args.jobs, cluster=args.cluster, progress=not args.quiet, cache_dir=args.cache,
     )  # fmt: skip
     seconds = time.perf_counter() - started
     lcpfn = pd.read_csv(args.lcpfn) if args.lcpfn and args.lcpfn.is_file() else None
@@ -108,7 +119,7 @@ def main() -> None:
         provenance(seconds),
         f"\n{len(runs)} runs ({n_real} real runs scored, {n_bundled} bundled) from {len(set(sources.values()))} sources "
         f"in {args.folds} folds; no source is on both sides of a fold (each generator task of the bundled runs is one source). "
-        f"Fit options per fold: {options or 'package defaults'}. Each run is cut at 20/30/50% of its planned steps "
+        f"Fit options per fold: {options or 'package defaults'}{cache_note(cv.folds)}. Each run is cut at 20/30/50% of its planned steps "
         "(cuts that already reach the final window are not scored). All figures in units of each run's 10-90% reward "
         "spread: error = |forecast mean - truth|, truth = mean reward over the last 10% of logged steps, persistence = "
         "mean of the last 10 observed points, quantile score = mean pinball loss at q = 0.05/0.25/0.5/0.75/0.95. "

@@ -77,29 +77,6 @@ def test_paper_epoch_baseline_uses_the_declared_epoch_else_the_planned_run() -> 
     assert "paper: 80% of an epoch" in backtest.baseline_rules()
 
 
-def test_fold_cache_key_follows_runs_settings_and_seed_not_run_order() -> None:
-    a, b = _run(RISE_THEN_FLAT), _run(RISE_THEN_FLAT[::-1], run_id="other")
-    key = backtest.fold_cache_key([a, b], {}, 0)
-    assert key == backtest.fold_cache_key([b, a], {}, 0) and len(key) == 64
-    assert key != backtest.fold_cache_key([a], {}, 0)
-    assert key != backtest.fold_cache_key([a, b], {"draws": 50}, 0)
-    assert key != backtest.fold_cache_key([a, b], {}, 1)
-    assert key != backtest.fold_cache_key([a, _run(RISE_THEN_FLAT[::-1] + 0.01, run_id="other")], {}, 0)
-
-
-def test_a_cached_fold_fit_is_read_back_instead_of_refitted(tmp_path, request) -> None:
-    train = [_run(RISE_THEN_FLAT)]
-    try:
-        shipped = bg.default_model()
-    except bg.ModelError:  # the shipped file is being refitted: a short real fit stands in
-        shipped = request.getfixturevalue("quick_model")
-    shipped.save(tmp_path / f"fold-{backtest.fold_cache_key(train, {}, 3)}.nc", full=False)
-    model, from_cache = backtest.cached_fit_fold(train, {}, 3, tmp_path)  # a fit of one 100-step run would not match the shipped posterior
-    assert from_cache
-    run = _run(RISE_THEN_FLAT).head(40).with_meta(total_steps=100)
-    assert np.allclose(model.forecast(run, n_draws=50).draws, shipped.forecast(run, n_draws=50).draws)
-
-
 def test_results_count_stops_regret_and_flips() -> None:
     run = _run(RISE_THEN_FLAT)
     tr = _trace(run)

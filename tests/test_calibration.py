@@ -187,3 +187,33 @@ def test_summaries_by_fraction_set_and_hardest_third(quick_model, few_runs) -> N
     assert all(isinstance(t, pd.DataFrame) and len(t) for t in tables.values())
     fig = calibration.calibration_figure(scores)
     assert len(fig.axes) == 3
+
+def _run(rewards: np.ndarray, run_id: str = "synthetic") -> bg.RunLog:
+    steps = np.arange(1, len(rewards) + 1)
+    return bg.read_log(pd.DataFrame({"step": steps, "reward": rewards}), run_id=run_id, family="qwen", params_b=0.5)
+
+
+RISE_THEN_FLAT = np.r_[np.linspace(0.0, 1.0, 50), np.ones(50)]
+
+
+def test_fold_cache_key_follows_runs_settings_and_seed_not_run_order() -> None:
+    a, b = _run(RISE_THEN_FLAT), _run(RISE_THEN_FLAT[::-1], run_id="other")
+    key = calibration.fold_cache_key([a, b], {}, 0)
+    assert key == calibration.fold_cache_key([b, a], {}, 0) and len(key) == 64
+    assert key != calibration.fold_cache_key([a], {}, 0)
+    assert key != calibration.fold_cache_key([a, b], {"draws": 50}, 0)
+    assert key != calibration.fold_cache_key([a, b], {}, 1)
+    assert key != calibration.fold_cache_key([a, _run(RISE_THEN_FLAT[::-1] + 0.01, run_id="other")], {}, 0)
+
+
+def test_a_cached_fold_fit_is_read_back_instead_of_refitted(tmp_path, request) -> None:
+    train = [_run(RISE_THEN_FLAT)]
+    try:
+        shipped = bg.default_model()
+    except bg.ModelError:  # the shipped file is being refitted: a short real fit stands in
+        shipped = request.getfixturevalue("quick_model")
+    shipped.save(tmp_path / f"fold-{calibration.fold_cache_key(train, {}, 3)}.nc", full=False)
+    model, from_cache = calibration.cached_fit_fold(train, {}, 3, tmp_path)  # a fit of one 100-step run would not match the shipped posterior
+    assert from_cache
+    run = _run(RISE_THEN_FLAT).head(40).with_meta(total_steps=100)
+    assert np.allclose(model.forecast(run, n_draws=50).draws, shipped.forecast(run, n_draws=50).draws)

@@ -56,19 +56,22 @@ def test_map_jobs_runs_on_a_dask_scheduler_given_by_address() -> None:
 
 
 @pytest.mark.slow
-def test_grouped_cross_validation_on_a_local_dask_cluster_equals_the_serial_run() -> None:
-    """Four real runs from four sources, two folds, short PyMC fits: Dask (2 workers) == serial, exactly."""
+def test_grouped_cross_validation_on_a_local_dask_cluster_equals_the_serial_run(tmp_path) -> None:
+    """Four real runs from four sources, two folds, short PyMC fits: Dask (2 workers) == serial == from cached fits."""
     if shared_runs_dir() is None:
         pytest.skip("needs the shared external runs (../shared/external_runs)")
     runs, sources = load_evaluation_runs(bundled=False, max_runs=4, seed=1)
     assert len(set(sources.values())) == 4
     options = dict(n_folds=2, fractions=(0.3,), fit_options={"draws": 30, "tune": 30, "chains": 2, "sampler": "pymc"}, seed=3, progress=False)
-    serial = cross_validate(runs, sources, n_jobs=1, **options)
+    serial = cross_validate(runs, sources, n_jobs=1, cache_dir=tmp_path, **options)
     on_dask = cross_validate(runs, sources, cluster="local:2", **options)
+    from_cache = cross_validate(runs, sources, n_jobs=1, cache_dir=tmp_path, **options)
+    assert not serial.folds["cached"].any() and from_cache.folds["cached"].all() and len(list(tmp_path.glob("fold-*.nc"))) == 2
     assert len(serial.scores) >= 2 and set(serial.scores["fold"]) == {0, 1}
     for fold in (0, 1):  # no source is on both sides of a fold
         held_out = set(serial.scores.loc[serial.scores["fold"] == fold, "source"])
         assert held_out and held_out.isdisjoint(serial.scores.loc[serial.scores["fold"] != fold, "source"])
     pd.testing.assert_frame_equal(serial.scores, on_dask.scores)
+    pd.testing.assert_frame_equal(serial.scores, from_cache.scores)
     health = ["fold", "train_runs", "test_runs", "max_r_hat", "min_ess_bulk", "divergences"]
     pd.testing.assert_frame_equal(serial.folds[health], on_dask.folds[health])
