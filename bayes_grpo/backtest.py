@@ -52,7 +52,7 @@ import numpy as np
 import pandas as pd
 
 from bayes_grpo import measures
-from bayes_grpo.calibration import BUNDLED_SOURCE, cached_fit_fold, fold_health, grouped_splits, is_bundled, run_seed
+from bayes_grpo.calibration import BUNDLED_SOURCE, ScoredSet, cached_fit_fold, fold_health, grouped_splits, is_bundled, run_seed, scored_runs
 from bayes_grpo.errors import BayesGrpoError
 from bayes_grpo.logs import RunLog
 from bayes_grpo.parallel import map_jobs
@@ -668,8 +668,9 @@ class Backtest:
     """A backtest's replays, per-(run, rule) results, each fold's fit health, and the nested selection.
 
     ``results`` holds the rows of :func:`evaluate` and, with two folds or more,
-    those of :data:`NESTED_RULE` (:func:`nested_selection`); ``selection`` is
-    that selection (None with one fold).
+    those of :data:`NESTED_RULE` (:func:`nested_selection`, on the real runs when
+    at least two folds hold some, else on every run); ``selection`` is that
+    selection (None with one fold).
     """
 
     traces: list[RunTrace]
@@ -693,6 +694,7 @@ def backtest(
     cluster: str | None = None,
     progress: bool = True,
     cache_dir: str | Path | None = None,
+    scored: ScoredSet = "all",
 ) -> Backtest:
     """Backtest the stopping rule with folds grouped by source: each run is replayed with a model that never saw its source.
 
@@ -724,6 +726,10 @@ def backtest(
         the calibration benchmark's folds of the same runs and seed): a rerun with the
         same model code, runs and sampler settings skips the fits and only
         replays the forecasts and rules.
+    scored : {"all", "real", "bundled"}
+        Which held-out runs are replayed (:func:`bayes_grpo.calibration.scored_runs`). The
+        folds still train on every run, so the fits (and cache entries) are unchanged; the
+        nested selection then picks settings on the other folds' runs of this set only.
 
     Returns
     -------
@@ -732,7 +738,7 @@ def backtest(
     Raises
     ------
     BayesGrpoError
-        Bad ``n_folds`` (see :func:`bayes_grpo.calibration.grouped_folds`).
+        Bad ``n_folds`` (see :func:`bayes_grpo.calibration.grouped_folds`), an unknown ``scored`` set, or no run in it.
 
     Example
     -------
@@ -755,12 +761,20 @@ def backtest(
             model,
             None if cache_dir is None else str(cache_dir),
         )
-        for fold, (train, test) in enumerate(grouped_splits(runs, sources, n_folds, seed))
+        for fold, (train, test) in enumerate(
+            (train, scored_runs(test, sources, scored)) for train, test in grouped_splits(runs, sources, n_folds, seed)
+        )
+        if test
     ]
+    if not jobs:
+        raise BayesGrpoError(f"no {scored} runs to replay among the {len(runs)} runs given")
     done = map_jobs(run_backtest_fold, jobs, n_jobs=n_jobs, cluster=cluster, progress=progress, desc="backtest folds")
     traces = [tr for fold_traces, _ in done for tr in fold_traces]
     results = evaluate(traces)
-    selection = nested_selection(traces) if len({tr.fold for tr in traces}) > 1 else None
+    # The settings are chosen for real runs: the bundled toy runs are easier (and five times as many).
+    real = [tr for tr in traces if tr.set == "real"]
+    chosen_on = real if len({tr.fold for tr in real}) > 1 else traces
+    selection = nested_selection(chosen_on) if len({tr.fold for tr in chosen_on}) > 1 else None
     if selection is not None:
         results = pd.concat([results, selection.results], ignore_index=True)
     return Backtest(traces=traces, results=results, folds=pd.DataFrame([h for _, h in done]), selection=selection)

@@ -75,6 +75,8 @@ if TYPE_CHECKING:
 #: Source name of a run that records none (a bundled run records its generator task, :func:`is_bundled`).
 BUNDLED_SOURCE = "bundled"
 Quantity = Literal["window", "final"]
+#: Which held-out runs a cross-validation scores (and the stopping backtest replays): all, others' real runs, or the bundled ones.
+ScoredSet = Literal["all", "real", "bundled"]
 #: The package's files whose contents decide what a fit returns: a change in any of them refits a cached fold.
 MODEL_CODE_FILES = ("config.py", "curves.py", "population.py", "prepare.py", "model.py")
 
@@ -304,6 +306,39 @@ def grouped_splits(
         (tuple(r for r in runs if fold_of[r.run_id] != fold), tuple(r for r in runs if fold_of[r.run_id] == fold))
         for fold in range(n_folds)
     ]
+
+
+def scored_runs(runs: Iterable[RunLog], sources: Mapping[str, str], scored: ScoredSet = "all") -> tuple[RunLog, ...]:
+    """The runs of ``runs`` that belong to the set ``scored``: all, the real ones (others' runs) or the bundled ones.
+
+    Only what is scored is filtered: the folds' training runs stay whole, so their fits
+    (and the cache entries naming them, :func:`fold_cache_key`) are the same for every set.
+
+    Parameters
+    ----------
+    runs : iterable of RunLog
+        Held-out runs.
+    sources : mapping
+        ``run_id -> source`` (bundled runs are recognised by :func:`is_bundled`).
+    scored : {"all", "real", "bundled"}
+        The set to keep.
+
+    Returns
+    -------
+    tuple of RunLog
+
+    Raises
+    ------
+    BayesGrpoError
+        An unknown set.
+
+    Example
+    -------
+    >>> real = scored_runs(test, sources, "real")  # doctest: +SKIP
+    """
+    if scored not in ("all", "real", "bundled"):
+        raise BayesGrpoError(f"scored must be 'all', 'real' or 'bundled', got {scored!r}")
+    return tuple(r for r in runs if scored == "all" or is_bundled(sources[r.run_id]) == (scored == "bundled"))
 
 
 # ------------------------------------------------------------------ scoring one forecast
@@ -645,12 +680,18 @@ def fold_jobs(
     seed: int = 0,
     quantity: Quantity = "window",
     cache_dir: str | Path | None = None,
+    scored: ScoredSet = "all",
 ) -> list[FoldJob]:
-    """The folds of a cross-validation grouped by source (see :func:`grouped_folds`), as jobs."""
+    """The folds of a cross-validation grouped by source (see :func:`grouped_folds`), as jobs.
+
+    Only the held-out runs in the set ``scored`` are scored (:func:`scored_runs`); a fold with none is left out.
+    """
     cache = None if cache_dir is None else str(cache_dir)
+    splits = [(train, scored_runs(test, sources, scored)) for train, test in grouped_splits(runs, sources, n_folds, seed)]
     return [
         FoldJob(fold, n_folds, train, test, tuple(fractions), dict(fit_options or {}), seed, quantity, cache)
-        for fold, (train, test) in enumerate(grouped_splits(runs, sources, n_folds, seed))
+        for fold, (train, test) in enumerate(splits)
+        if test
     ]
 
 
@@ -667,6 +708,7 @@ def cross_validate(
     cluster: str | None = None,
     progress: bool = True,
     cache_dir: str | Path | None = None,
+    scored: ScoredSet = "all",
 ) -> CrossValidation:
     """Cross-validate forecasts with folds grouped by source: no source is on both sides of a fold.
 
@@ -695,6 +737,10 @@ def cross_validate(
         model code, runs, sampler settings and seed skips the fits and only scores the
         forecasts. The stopping backtest (:func:`bayes_grpo.backtest.backtest`) splits the
         same runs into the same folds with the same fit seeds, so the two share entries.
+    scored : {"all", "real", "bundled"}
+        Which held-out runs are scored (:func:`scored_runs`). The folds still train on
+        every run, so the fits (and cache entries) are those of a full cross-validation;
+        ``"real"`` scores the others' runs only, a fraction of the time when the fits are cached.
 
     Returns
     -------
@@ -706,7 +752,7 @@ def cross_validate(
     Raises
     ------
     BayesGrpoError
-        Bad ``n_folds`` (see :func:`grouped_folds`).
+        Bad ``n_folds`` (see :func:`grouped_folds`), an unknown ``scored`` set, or no run in it.
 
     Example
     -------
@@ -714,7 +760,11 @@ def cross_validate(
     >>> cv = cross_validate(runs, sources, n_folds=5, fit_options={"draws": 300, "tune": 300})  # doctest: +SKIP
     >>> summarise(cv.scores)  # doctest: +SKIP
     """
-    jobs = fold_jobs(runs, sources, n_folds, fractions=fractions, fit_options=fit_options, seed=seed, quantity=quantity, cache_dir=cache_dir)
+    jobs = fold_jobs(
+        runs, sources, n_folds, fractions=fractions, fit_options=fit_options, seed=seed, quantity=quantity, cache_dir=cache_dir, scored=scored
+    )  # fmt: skip
+    if not jobs:
+        raise BayesGrpoError(f"no {scored} runs to score among the {len(runs)} runs given")
     results = map_jobs(run_fold, jobs, n_jobs=n_jobs, cluster=cluster, progress=progress, desc="calibration folds")
     scores = pd.concat([s for s, _ in results], ignore_index=True)
     scores["source"] = scores["run_id"].map(sources)

@@ -204,7 +204,7 @@ class FittedModel:
         total_steps : int, optional
             Planned length (default: the run's metadata).
         tolerance : float
-            Fraction of the reward scale (0.01).
+            Fraction of the reward scale (default 0.02).
         relative_to : {"spread", "range", "gain"}
             What the scale is (see :mod:`bayes_grpo.stopping`).
         **kwargs

@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-#: Stop when P(plateau) reaches this (threshold mode of the stopping rule).
-STOP_THRESHOLD = 0.95
+#: Stop when P(plateau) reaches this (threshold mode of the stopping rule; chosen by nested
+#: cross-validation on the real runs, see :mod:`bayes_grpo.stopping`).
+STOP_THRESHOLD = 0.99
 #: Remaining gain below this fraction of the reward scale counts as "plateaued".
-STOP_TOLERANCE = 0.01
+STOP_TOLERANCE = 0.02
 #: Final reward = mean reward over this trailing fraction of a run's logged steps.
 FINAL_WINDOW_FRACTION = 0.1
 #: Bandwidth (fraction of a run's steps) of the Gaussian-kernel smoother used for

@@ -131,8 +131,9 @@ ax.legend(fontsize=7);""",
 STOPPING_RULE = [
     "# When to stop: the plateau stopping rule\n\n"
     "At any step, the forecast gives a posterior over the reward still to gain before the planned end. The stop "
-    "probability is the posterior probability that this remaining gain is below a tolerance (1% of the reward range "
-    "by default). The rule stops when it reaches a threshold (0.9 by default); `compute_saved` is the fraction of "
+    "probability is the posterior probability that this remaining gain is below a tolerance (2% of the 10-90% spread "
+    "of the rewards logged so far, by default). The rule stops when it reaches a threshold (0.99 by default) and at "
+    "least 30% of the planned steps are logged; `compute_saved` is the fraction of "
     "the planned steps not run.",
     SETUP,
     """model = bg.default_model()
@@ -142,7 +143,7 @@ run""",
     "## Stop probability through a run\n\nThe probability at each point is computed from the steps logged up to "
     "that point only, as `PlateauStoppingCallback` would see it during training.",
     """from bayes_grpo.report import stop_curve
-from bayes_grpo.settings import STOP_THRESHOLD  # the default threshold (0.95)
+from bayes_grpo.settings import STOP_THRESHOLD  # the default threshold (0.99)
 
 curve = stop_curve(model, run, n_points=8 if QUICK else 20)
 fig, reward_ax = plt.subplots(figsize=(7, 3))

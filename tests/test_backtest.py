@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 import bayes_grpo as bg
-from bayes_grpo import backtest, measures
+from bayes_grpo import backtest, calibration, measures
 from bayes_grpo.calibration import load_evaluation_runs
 from bayes_grpo.errors import BayesGrpoError
 from bayes_grpo.settings import shared_runs_dir
@@ -150,3 +150,14 @@ def test_grouped_backtest_replays_real_runs_with_a_real_model(quick_model) -> No
     oracle = result.results[result.results["rule"].str.startswith("hindsight oracle")]
     assert (oracle["regret"] <= backtest.ORACLE_REGRET).all()
     assert list(result.folds["test_runs"]) == [1, 1]
+
+
+def test_a_backtest_of_one_set_replays_only_that_set(quick_model) -> None:
+    if shared_runs_dir() is None:
+        pytest.skip("needs the shared external runs (../shared/external_runs)")
+    runs, sources = load_evaluation_runs()
+    real = [r for r in runs if sources[r.run_id] != sources[runs[0].run_id] and not calibration.is_bundled(sources[r.run_id])][:1]
+    bundled = [r for r in runs if calibration.is_bundled(sources[r.run_id])][:1]
+    result = backtest.backtest(real + bundled, sources, n_folds=2, model=quick_model, thresholds=(0.99,), every=0.25, progress=False, scored="real")
+    assert [tr.run.run_id for tr in result.traces] == [real[0].run_id] and result.traces[0].set == "real"
+    assert set(result.results["run_id"]) == {real[0].run_id} and list(result.folds["test_runs"]) == [1]

@@ -217,3 +217,24 @@ def test_a_cached_fold_fit_is_read_back_instead_of_refitted(tmp_path, request) -
     assert from_cache
     run = _run(RISE_THEN_FLAT).head(40).with_meta(total_steps=100)
     assert np.allclose(model.forecast(run, n_draws=50).draws, shipped.forecast(run, n_draws=50).draws)
+
+
+def test_scoring_one_set_keeps_every_folds_training_runs() -> None:
+    """Scoring only the real (or bundled) runs filters the held-out runs, never the training runs, so fits and cache keys stay."""
+    if shared_runs_dir() is None:
+        pytest.skip("needs the shared external runs (../shared/external_runs)")
+    runs, sources = calibration.load_evaluation_runs()
+    every = {job.fold: job for job in calibration.fold_jobs(runs, sources, 5)}
+    counted = 0
+    for scored, bundled in (("real", False), ("bundled", True)):
+        for job in calibration.fold_jobs(runs, sources, 5, scored=scored):
+            whole = every[job.fold]
+            assert job.train == whole.train
+            assert job.test and all(calibration.is_bundled(sources[r.run_id]) == bundled for r in job.test)
+            assert job.test == tuple(r for r in whole.test if calibration.is_bundled(sources[r.run_id]) == bundled)
+            counted += len(job.test)
+    assert counted == len(runs)
+    with pytest.raises(BayesGrpoError, match="'all', 'real' or 'bundled'"):
+        calibration.scored_runs(runs, sources, "shared")  # type: ignore[arg-type]
+    with pytest.raises(BayesGrpoError, match="no real runs to score"):
+        calibration.cross_validate([r for r in runs if calibration.is_bundled(sources[r.run_id])], sources, n_folds=2, scored="real", progress=False)
