@@ -44,6 +44,7 @@ code, the training runs and the sampler settings; the stopping backtest
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import logging
@@ -556,10 +557,32 @@ def fit_fold(train: Sequence[RunLog], fit_options: Mapping[str, Any], seed: int)
             log.setLevel(level)
 
 
+def code_fingerprint(source: str) -> str:
+    """What of a module's source decides what it computes: its syntax tree without docstrings.
+
+    Comments, blank lines and line positions are not in the tree, and the docstring of the
+    module and of each class and function is dropped, so editing documentation keeps a
+    cache entry while any change to the code names a new one.
+
+    Example
+    -------
+    >>> code_fingerprint("x = 1  # one") == code_fingerprint("x=1")
+    True
+    """
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                node.body = node.body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
 def fold_cache_key(train: Sequence[RunLog], fit_options: Mapping[str, Any], seed: int) -> str:
     """Hex digest naming one fold's fit in a cache: the model code, the training runs and the sampler settings.
 
-    It hashes the contents of :data:`MODEL_CODE_FILES`, every training run (id,
+    It hashes the code of :data:`MODEL_CODE_FILES` (:func:`code_fingerprint`: a
+    change to their docstrings, comments or layout keeps the entries), every training run (id,
     steps, rewards, metadata), the fit's keyword arguments and seed, and the
     default :class:`~bayes_grpo.config.ModelConfig` and
     :class:`~bayes_grpo.config.SamplerConfig` as this process sees them (so quick
@@ -587,7 +610,7 @@ def fold_cache_key(train: Sequence[RunLog], fit_options: Mapping[str, Any], seed
     digest = hashlib.sha256()
     package = Path(__file__).resolve().parent
     for name in MODEL_CODE_FILES:
-        digest.update(name.encode() + b"\0" + (package / name).read_bytes() + b"\0")
+        digest.update(name.encode() + b"\0" + code_fingerprint((package / name).read_text()).encode() + b"\0")
     for run in sorted(train, key=lambda r: r.run_id):
         digest.update(run.run_id.encode() + b"\0")
         digest.update(np.asarray(run.steps, dtype=np.float64).tobytes())

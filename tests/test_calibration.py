@@ -206,6 +206,15 @@ def test_fold_cache_key_follows_runs_settings_and_seed_not_run_order() -> None:
     assert key != calibration.fold_cache_key([a, _run(RISE_THEN_FLAT[::-1] + 0.01, run_id="other")], {}, 0)
 
 
+def test_code_fingerprint_ignores_docstrings_comments_and_layout_not_code() -> None:
+    code = 'def f(x):\n    """Doc."""\n    return x + 1  # one\n'
+    documented = '"""A module."""\n\n\ndef f(x):\n    """Another doc, longer."""\n\n    return x+1\n'
+    changed = 'def f(x):\n    """Doc."""\n    return x + 2\n'
+    assert calibration.code_fingerprint(code) == calibration.code_fingerprint(documented)
+    assert calibration.code_fingerprint(code) != calibration.code_fingerprint(changed)
+    assert calibration.code_fingerprint("class C:\n    'Doc.'\n") == calibration.code_fingerprint("class C:\n    pass\n")
+
+
 def test_a_cached_fold_fit_is_read_back_instead_of_refitted(tmp_path, request) -> None:
     train = [_run(RISE_THEN_FLAT)]
     try:
