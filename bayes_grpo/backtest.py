@@ -52,7 +52,7 @@ import numpy as np
 import pandas as pd
 
 from bayes_grpo import measures
-from bayes_grpo.calibration import BUNDLED_SOURCE, ScoredSet, cached_fit_fold, fold_health, grouped_splits, is_bundled, run_seed, scored_runs
+from bayes_grpo.calibration import BUNDLED_SOURCE, ScoredSet, cached_fit_fold, fold_health, is_bundled, run_seed, scored_splits
 from bayes_grpo.errors import BayesGrpoError
 from bayes_grpo.logs import RunLog
 from bayes_grpo.parallel import map_jobs
@@ -727,7 +727,7 @@ def backtest(
         same model code, runs and sampler settings skips the fits and only
         replays the forecasts and rules.
     scored : {"all", "real", "bundled"}
-        Which held-out runs are replayed (:func:`bayes_grpo.calibration.scored_runs`). The
+        Which held-out runs are replayed (:func:`bayes_grpo.calibration.scored_splits`). The
         folds still train on every run, so the fits (and cache entries) are unchanged; the
         nested selection then picks settings on the other folds' runs of this set only.
 
@@ -761,13 +761,8 @@ def backtest(
             model,
             None if cache_dir is None else str(cache_dir),
         )
-        for fold, (train, test) in enumerate(
-            (train, scored_runs(test, sources, scored)) for train, test in grouped_splits(runs, sources, n_folds, seed)
-        )
-        if test
+        for fold, train, test in scored_splits(runs, sources, n_folds, seed, scored)
     ]
-    if not jobs:
-        raise BayesGrpoError(f"no {scored} runs to replay among the {len(runs)} runs given")
     done = map_jobs(run_backtest_fold, jobs, n_jobs=n_jobs, cluster=cluster, progress=progress, desc="backtest folds")
     traces = [tr for fold_traces, _ in done for tr in fold_traces]
     results = evaluate(traces)

@@ -53,7 +53,7 @@ import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 import pandas as pd
@@ -78,6 +78,7 @@ BUNDLED_SOURCE = "bundled"
 Quantity = Literal["window", "final"]
 #: Which held-out runs a cross-validation scores (and the stopping backtest replays): all, others' real runs, or the bundled ones.
 ScoredSet = Literal["all", "real", "bundled"]
+SCORED_SETS: tuple[str, ...] = get_args(ScoredSet)
 #: The package's files whose contents decide what a fit returns: a change in any of them refits a cached fold.
 MODEL_CODE_FILES = ("config.py", "curves.py", "population.py", "prepare.py", "model.py")
 
@@ -337,9 +338,33 @@ def scored_runs(runs: Iterable[RunLog], sources: Mapping[str, str], scored: Scor
     -------
     >>> real = scored_runs(test, sources, "real")  # doctest: +SKIP
     """
-    if scored not in ("all", "real", "bundled"):
+    if scored not in SCORED_SETS:
         raise BayesGrpoError(f"scored must be 'all', 'real' or 'bundled', got {scored!r}")
     return tuple(r for r in runs if scored == "all" or is_bundled(sources[r.run_id]) == (scored == "bundled"))
+
+
+def scored_splits(
+    runs: Sequence[RunLog], sources: Mapping[str, str], n_folds: int, seed: int = 0, scored: ScoredSet = "all"
+) -> list[tuple[int, tuple[RunLog, ...], tuple[RunLog, ...]]]:
+    """``(fold, train, held-out runs of the set scored)`` of :func:`grouped_splits`, leaving out folds with none to score.
+
+    Shared by the calibration folds and the stopping backtest, so both fit the same
+    training runs (and share cache entries) whatever set they score.
+
+    Raises
+    ------
+    BayesGrpoError
+        Bad ``n_folds``, an unknown ``scored`` set, or no run of that set among ``runs``.
+
+    Example
+    -------
+    >>> [(fold, len(test)) for fold, _, test in scored_splits(runs, sources, 5, scored="real")]  # doctest: +SKIP
+    """
+    splits = [(fold, train, scored_runs(test, sources, scored)) for fold, (train, test) in enumerate(grouped_splits(runs, sources, n_folds, seed))]
+    kept = [split for split in splits if split[2]]
+    if not kept:
+        raise BayesGrpoError(f"no {scored} runs to score among the {len(runs)} runs given")
+    return kept
 
 
 # ------------------------------------------------------------------ scoring one forecast
@@ -707,14 +732,12 @@ def fold_jobs(
 ) -> list[FoldJob]:
     """The folds of a cross-validation grouped by source (see :func:`grouped_folds`), as jobs.
 
-    Only the held-out runs in the set ``scored`` are scored (:func:`scored_runs`); a fold with none is left out.
+    Only the held-out runs in the set ``scored`` are scored (:func:`scored_splits`); a fold with none is left out.
     """
     cache = None if cache_dir is None else str(cache_dir)
-    splits = [(train, scored_runs(test, sources, scored)) for train, test in grouped_splits(runs, sources, n_folds, seed)]
     return [
         FoldJob(fold, n_folds, train, test, tuple(fractions), dict(fit_options or {}), seed, quantity, cache)
-        for fold, (train, test) in enumerate(splits)
-        if test
+        for fold, train, test in scored_splits(runs, sources, n_folds, seed, scored)
     ]
 
 
@@ -786,8 +809,6 @@ def cross_validate(
     jobs = fold_jobs(
         runs, sources, n_folds, fractions=fractions, fit_options=fit_options, seed=seed, quantity=quantity, cache_dir=cache_dir, scored=scored
     )  # fmt: skip
-    if not jobs:
-        raise BayesGrpoError(f"no {scored} runs to score among the {len(runs)} runs given")
     results = map_jobs(run_fold, jobs, n_jobs=n_jobs, cluster=cluster, progress=progress, desc="calibration folds")
     scores = pd.concat([s for s, _ in results], ignore_index=True)
     scores["source"] = scores["run_id"].map(sources)

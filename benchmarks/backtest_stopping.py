@@ -29,7 +29,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
-from common import RESULTS, add_engine_args, add_run_args, fit_options, markdown, provenance, verdict
+from common import RESULTS, add_engine_args, add_fold_fit_args, add_run_args, fit_options, markdown, provenance, verdict
 
 import bayes_grpo as bg
 from bayes_grpo import backtest, stopping
@@ -56,11 +56,7 @@ def main() -> None:
     parser.add_argument("--chains", type=int, help="chains per fit (default: the package's)")
     parser.add_argument("--model", help="replay with this saved model ('default': the shipped one) instead of fitting folds")
     parser.add_argument("--every", type=float, default=backtest.CHECK_EVERY, help="spacing of the checks, share of the steps (default 0.02)")
-    parser.add_argument("--cache", type=Path, help="folder of cached fold fits: a rerun with the same model code, runs and sampler settings skips the fits (shared with calibration.py --cache)")
-    parser.add_argument(
-        "--scored", choices=["all", "real", "bundled"], default="all",
-        help="which held-out runs are replayed (the folds still train on every run, so cached fold fits are reused; 'real' is about 5x faster)",
-    )  # fmt: skip
+    add_fold_fit_args(parser)
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder to write the results to (default benchmarks/results)")
     args = parser.parse_args()
     warnings.simplefilter("ignore")

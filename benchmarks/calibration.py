@@ -26,7 +26,7 @@ import warnings
 from pathlib import Path
 
 import pandas as pd
-from common import RESULTS, add_engine_args, add_run_args, fit_options, markdown, provenance, verdict
+from common import RESULTS, add_engine_args, add_fold_fit_args, add_run_args, fit_options, markdown, provenance, verdict
 
 from bayes_grpo import calibration
 
@@ -86,14 +86,7 @@ def main() -> None:
     parser.add_argument("--chains", type=int, help="chains per fit (default: the package's)")
     parser.add_argument("--quantity", choices=["window", "final"], default="window", help="what is scored (bayes_grpo.calibration)")
     parser.add_argument("--lcpfn", type=Path, default=RESULTS / "lcpfn_runs.csv", help="LC-PFN per-run scores to set beside (when the file exists)")
-    parser.add_argument(
-        "--cache", type=Path,
-        help="folder of cached fold fits: a rerun with the same model code, runs and sampler settings skips the fits (shared with backtest_stopping.py --cache)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--scored", choices=["all", "real", "bundled"], default="all",
-        help="which held-out runs are scored (the folds still train on every run, so cached fold fits are reused; 'real' is about 5x faster)",
-    )  # fmt: skip
+    add_fold_fit_args(parser)
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder to write the results to (default benchmarks/results)")
     args = parser.parse_args()
     warnings.simplefilter("ignore")

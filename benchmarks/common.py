@@ -21,6 +21,20 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
+def add_fold_fit_args(parser: argparse.ArgumentParser) -> None:
+    """``--cache`` and ``--scored``: where fold fits are kept, and which held-out runs are scored (calibration, backtest)."""
+    from bayes_grpo.calibration import SCORED_SETS
+
+    parser.add_argument(
+        "--cache", type=Path,
+        help="folder of cached fold fits: a rerun with the same model code, runs and sampler settings skips the fits (shared by calibration.py and backtest_stopping.py)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--scored", choices=SCORED_SETS, default="all",
+        help="which held-out runs are scored (the folds still train on every run, so cached fold fits are reused; 'real' is about 5x faster)",
+    )  # fmt: skip
+
+
 def add_run_args(parser: argparse.ArgumentParser) -> None:
     """``--shared``, ``--no-bundled``, ``--max-runs``, ``--folds``, ``--seed``: which runs and how they are split."""
     parser.add_argument("--shared", type=Path, help="folder with index.csv and runs/ (default: bayes_grpo.settings.shared_runs_dir())")

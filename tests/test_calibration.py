@@ -188,6 +188,7 @@ def test_summaries_by_fraction_set_and_hardest_third(quick_model, few_runs) -> N
     fig = calibration.calibration_figure(scores)
     assert len(fig.axes) == 3
 
+
 def _run(rewards: np.ndarray, run_id: str = "synthetic") -> bg.RunLog:
     steps = np.arange(1, len(rewards) + 1)
     return bg.read_log(pd.DataFrame({"step": steps, "reward": rewards}), run_id=run_id, family="qwen", params_b=0.5)
