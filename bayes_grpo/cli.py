@@ -317,7 +317,7 @@ def _add_sampler_args(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--quick", action="store_true", help="short sampler run (200 draws, 200 tuning steps): a few minutes, rougher intervals")
     parser.add_argument("--form", default=DEFAULT_FORM, choices=CURVE_FORMS, help=f"curve form of the reward rise (default: {DEFAULT_FORM})")
-    parser.add_argument("--draws", type=_positive_int, help="posterior draws per chain (default 2000, 200 with --quick)")
+    parser.add_argument("--draws", type=_positive_int, help="posterior draws per chain (default 4000, 200 with --quick)")
     parser.add_argument("--tune", type=_positive_int, help="tuning steps per chain (default 500, 200 with --quick)")
     parser.add_argument("--chains", type=_positive_int, default=2, help="number of chains (default 2)")
     parser.add_argument(

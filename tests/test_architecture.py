@@ -20,6 +20,7 @@ from bayes_grpo.config import GAIN_REFERENCES, PARAMETERISATIONS, ModelConfig
 from bayes_grpo.curves import CURVE_FORMS, DEFAULT_FORM, plateau_progress, shape
 from bayes_grpo.model import FittedModel
 from bayes_grpo.population import (
+    BinGrid,
     Covariates,
     is_centred,
     natural,
@@ -132,11 +133,11 @@ def test_data_flows_one_way():
 
 def _runs() -> list[bg.RunLog]:
     """Three small runs: two families on a declared range from one source (one declares its initial reward),
-    one without family or source on a learned scale."""
+    one without family or source on a learned scale, shorter than the fit's bins (so the likelihood's grid is padded)."""
     rng = np.random.default_rng(0)
     runs = []
-    for i, (family, reward_range) in enumerate([("qwen", (0.0, 1.0)), ("llama", (0.0, 1.0)), (None, None)]):
-        steps = np.arange(1, 81)
+    for i, (family, reward_range, length) in enumerate([("qwen", (0.0, 1.0), 80), ("llama", (0.0, 1.0), 80), (None, None, 24)]):
+        steps = np.arange(1, length + 1)
         rewards = 0.2 + 0.4 * (1 - np.exp(-steps / 25)) + 0.05 * rng.standard_normal(steps.size)
         frame = pd.DataFrame({"step": steps, "reward": rewards * (3.0 if reward_range is None else 1.0)})
         run = bg.read_log(frame, run_id=f"r{i}", family=family, params_b=0.5 * (i + 1), total_steps=100, reward_range=reward_range)
@@ -220,6 +221,21 @@ def test_pymc_and_forecast_densities_agree(form, source_level, parameterisation,
     theta = prior.sample(np.random.default_rng(2), 5)
     expected = normal_logpdf(theta, np.array([np.ravel(loc[n])[0] for n in PARAMS]), np.array([np.ravel(scale[n])[0] for n in PARAMS]))
     np.testing.assert_allclose(prior.logpdf(theta), expected, rtol=1e-9, atol=1e-6)
+
+
+def test_the_bin_grid_pads_short_runs_and_flattens_back_to_run_order():
+    """Runs of 3, 1 and 2 bins: a 3 x 3 grid whose flat view of the real bins is the runs' bins concatenated."""
+    binned = [bin_observations(np.arange(1.0, n + 1) / 10, np.arange(n) + 10.0 * r, 10) for r, n in enumerate([3, 1, 2])]
+    grid = BinGrid.of(binned)
+    assert grid.t.shape == (3, 3) and grid.n_obs == 6
+    np.testing.assert_array_equal(grid.real, [0, 1, 2, 3, 6, 7])
+    z = np.zeros((3, 3))
+    for row, b in enumerate(binned):
+        z[row, : b[1].size] = b[1]
+    np.testing.assert_array_equal(grid.flat(z), np.concatenate([b[1] for b in binned]))
+    np.testing.assert_array_equal(grid.flat(grid.t), np.concatenate([b[0] for b in binned]))
+    full = BinGrid.of(binned[:1] * 2)
+    assert full.real is None and full.n_obs == 6
 
 
 def test_posterior_predictive_uses_the_likelihood_noise():
