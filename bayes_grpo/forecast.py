@@ -21,7 +21,10 @@ approximation alone would miss.
 Trajectories carry a model-discrepancy term: beyond the last logged step the
 forecast may wander from the parametric curve as a Brownian motion with scale
 ``drift * sigma`` per unit of progress, so intervals stay honest for runs whose
-shape the curve form does not capture.
+shape the curve form does not capture. Each draw's scale is multiplied by
+``sqrt(df / chi2_df)`` (``ModelConfig.drift_df``, 2): the wander at any step is then
+Student-t rather than Normal, mostly small with a few large departures, as real
+runs' departures from a smooth curve are (a late take-off, a collapse).
 
 :attr:`Forecast.final` is the posterior predictive of what
 :func:`bayes_grpo.measures.final_reward` measures: the mean *logged* reward
@@ -756,7 +759,7 @@ def forecast(
     curves = reward_curve(config.form, t_grid[None], r0[:, None], gain[:, None], tau[:, None], beta[:, None])
     t_last = last / total
     drift = float(config.drift if drift is None else drift)
-    levels = curves + _brownian_discrepancy(rng, t_grid, t_last, drift * p["sigma"]) if drift > 0 else curves
+    levels = curves + _brownian_discrepancy(rng, t_grid, t_last, drift * p["sigma"], config.drift_df) if drift > 0 else curves
     current = reward_curve(config.form, np.array([t_last]), r0, gain, tau, beta) if last else r0
     plateau_t = plateau_progress(config.form, tau, beta)
     return Forecast(
@@ -787,8 +790,14 @@ def _grid(last: int, total: int) -> np.ndarray:
     return grid.astype(float)
 
 
-def _brownian_discrepancy(rng: np.random.Generator, t_grid: np.ndarray, t_last: float, scale: np.ndarray) -> np.ndarray:
-    """Brownian paths that are zero up to ``t_last`` and wander with ``scale`` per unit progress after it."""
+def _brownian_discrepancy(rng: np.random.Generator, t_grid: np.ndarray, t_last: float, scale: np.ndarray, df: float | None) -> np.ndarray:
+    """Brownian paths that are zero up to ``t_last`` and wander with ``scale`` per unit progress after it.
+
+    With ``df``, each path's scale is multiplied by ``sqrt(df / chi2_df)`` (a Student-t scale
+    mixture: heavy-tailed departures); None keeps Normal paths.
+    """
+    if df is not None:
+        scale = scale * np.sqrt(df / rng.chisquare(df, size=scale.size))
     ahead = np.clip(t_grid - t_last, 0, None)
     increments = np.diff(ahead, prepend=0.0)
     steps = rng.standard_normal((scale.size, t_grid.size)) * np.sqrt(increments)[None]

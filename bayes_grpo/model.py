@@ -382,7 +382,7 @@ def load_model(path: str | os.PathLike) -> FittedModel:
     diagnostics = json.loads(attrs["diagnostics"])
     return FittedModel(
         population=population,
-        model_config=ModelConfig.from_dict({"gain_at": "asymptote"} | json.loads(attrs["model_config"])),
+        model_config=ModelConfig.from_dict({"gain_at": "asymptote", "drift_df": None} | json.loads(attrs["model_config"])),
         sampler_config=SamplerConfig.from_dict(json.loads(attrs["sampler_config"])),
         size_centres=list(json.loads(attrs["size_centres"])),
         fitted_on=json.loads(attrs["fitted_on"]),

@@ -27,6 +27,7 @@ from bayes_grpo.forecast import (
     _thinned,
     condition,
 )
+from bayes_grpo.config import ModelConfig
 from bayes_grpo.prepare import prepare_run
 from bayes_grpo.settings import SMOOTHING_BANDWIDTH, shared_runs_dir
 
@@ -245,3 +246,37 @@ def test_a_run_not_yet_started_has_no_rise_so_far(model) -> None:
     fc = _quiet_forecast(model, None, total_steps=300, initial_reward=0.1, reward_range=(0.0, 1.0))
     assert sum(fc.regimes.values()) == pytest.approx(1.0) and fc.regimes["decline"] <= 0.5
     assert fc.final_window_steps().size == 30 and np.isfinite(fc.final.mean)
+
+
+# ------------------------------------------------------------------ the model discrepancy
+
+
+def test_the_discrepancy_is_heavy_tailed_with_drift_df_and_normal_without(model, bundled_run) -> None:
+    """Same draws of the curve, same drift: Student-t paths (df 2) have far heavier tails relative to their centre."""
+    import dataclasses
+
+    head = bundled_run.head(int(bundled_run.last_step * 0.3))
+    spreads = {}
+    for df in (None, 2.0):
+        config = dataclasses.replace(model.model_config, drift=3.0, drift_df=df)
+        fc = _quiet_forecast(dataclasses.replace(model, model_config=config), head, n_draws=4000, seed=3)
+        wander = fc.draws[:, -1] - fc.curves[:, -1]
+        q = np.quantile(wander, [0.01, 0.25, 0.75, 0.99])
+        spreads[df] = (q[2] - q[1], q[3] - q[0])
+    # 98% range over interquartile range: about 3.4 for Normal paths, about 8.5 for Student-t(2).
+    assert spreads[2.0][1] / spreads[2.0][0] > 1.5 * spreads[None][1] / spreads[None][0]
+
+
+def test_model_files_without_drift_df_keep_normal_paths(tmp_path, model) -> None:
+    """A model file written before drift_df existed is read with Normal paths, as it was fitted and calibrated."""
+    import h5netcdf
+    import json
+
+    path = model.save(tmp_path / "old.nc", full=False)
+    with h5netcdf.File(path, "a") as handle:
+        config = json.loads(handle.attrs["model_config"])
+        config.pop("drift_df")
+        handle.attrs["model_config"] = json.dumps(config)
+    assert bg.load_model(path).model_config.drift_df is None
+    with pytest.raises(bg.ModelError, match="drift_df"):
+        ModelConfig(drift_df=0)
