@@ -6,7 +6,7 @@ found through :func:`bayes_grpo.settings.shared_runs_dir` (``--shared``, else
 ``$BAYES_GRPO_SHARED_RUNS``, else ``../shared/external_runs``). Only the
 population posterior is written (a few hundred kB). The package's model and
 sampler defaults are used (on these 200-odd runs: the "mixed" parameterisation with
-the sheared gain, 2,000 draws after 500 tuning steps, about 45-65 s of sampling;
+the sheared gain, 4,000 draws after 500 tuning steps, about 40-50 s of sampling;
 ``benchmarks/results/fit_geometry.md``). The shared runs are other
 people's data: the model records how many there were and the SHA-256 of their
 ``index.csv``, not their identifiers.
