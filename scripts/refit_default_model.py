@@ -4,7 +4,7 @@ Fitted on the runs bundled in ``data/runs`` (tiny models trained by this
 project, on a declared reward range) together with the real public GRPO runs
 found through :func:`bayes_grpo.settings.shared_runs_dir` (``--shared``, else
 ``$BAYES_GRPO_SHARED_RUNS``, else ``../shared/external_runs``). Only the
-population posterior is written (a few hundred kB). The package's model and
+population posterior is written (about 2 MB). The package's model and
 sampler defaults are used (on these 200-odd runs: the "mixed" parameterisation with
 the sheared gain, 4,000 draws after 500 tuning steps, about 40-50 s of sampling;
 ``benchmarks/results/fit_geometry.md``). The shared runs are other
