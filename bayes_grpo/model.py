@@ -571,8 +571,8 @@ def _diagnose(idata: az.InferenceData, sampler: str, seconds: float) -> FitDiagn
     divergences = int(stats["diverging"].sum()) if "diverging" in stats else 0
     steps = steps_per_chain(idata)
     return FitDiagnostics(
-        max_r_hat=float(max(float(r_hat[v].max()) for v in r_hat.data_vars)),
-        min_ess_bulk=float(min(float(ess[v].min()) for v in ess.data_vars)),
+        max_r_hat=max(float(r_hat[v].max()) for v in r_hat.data_vars),
+        min_ess_bulk=min(float(ess[v].min()) for v in ess.data_vars),
         divergences=divergences,
         sampler=sampler,
         seconds=seconds,

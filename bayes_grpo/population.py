@@ -443,7 +443,7 @@ class BinGrid:
 
     The likelihood broadcasts each run's parameters over its row instead of gathering them
     per observation: on the 201 bundled + shared runs this halves the cost of a log-density
-    and gradient (263 to 132 us), since a column broadcast's gradient is a row sum where a
+    and gradient (263 to 129 us), since a column broadcast's gradient is a row sum where a
     gather's is a scatter, and the progress and counts enter as constants whose logs and
     square roots PyTensor folds at compile time.
 

@@ -7,8 +7,11 @@ and on real runs (bundled in ``data/runs``, and the shared external runs when
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import warnings
 
+import h5netcdf
 import numpy as np
 import pandas as pd
 import pytest
@@ -17,6 +20,7 @@ from scipy.stats import multivariate_t
 
 import bayes_grpo as bg
 from bayes_grpo import measures
+from bayes_grpo.config import ModelConfig
 from bayes_grpo.forecast import (
     MIN_ESS_WARN,
     PARETO_K_MAX,
@@ -27,7 +31,6 @@ from bayes_grpo.forecast import (
     _thinned,
     condition,
 )
-from bayes_grpo.config import ModelConfig
 from bayes_grpo.prepare import prepare_run
 from bayes_grpo.settings import SMOOTHING_BANDWIDTH, shared_runs_dir
 
@@ -253,8 +256,6 @@ def test_a_run_not_yet_started_has_no_rise_so_far(model) -> None:
 
 def test_the_discrepancy_is_heavy_tailed_with_drift_df_and_normal_without(model, bundled_run) -> None:
     """Same draws of the curve, same drift: Student-t paths (df 2) have far heavier tails relative to their centre."""
-    import dataclasses
-
     head = bundled_run.head(int(bundled_run.last_step * 0.3))
     spreads = {}
     for df in (None, 2.0):
@@ -269,9 +270,6 @@ def test_the_discrepancy_is_heavy_tailed_with_drift_df_and_normal_without(model,
 
 def test_model_files_without_drift_df_keep_normal_paths(tmp_path, model) -> None:
     """A model file written before drift_df existed is read with Normal paths, as it was fitted and calibrated."""
-    import h5netcdf
-    import json
-
     path = model.save(tmp_path / "old.nc", full=False)
     with h5netcdf.File(path, "a") as handle:
         config = json.loads(handle.attrs["model_config"])
