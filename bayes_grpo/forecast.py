@@ -48,10 +48,10 @@ import xarray as xr
 from scipy.special import gammaln, logsumexp
 
 from bayes_grpo.config import ModelConfig
-from bayes_grpo.curves import plateau_progress, reward_curve
+from bayes_grpo.curves import plateau_progress
 from bayes_grpo.errors import ModelError
 from bayes_grpo.logs import RunLog
-from bayes_grpo.population import PARAMS, PopulationPosterior, RunPrior, in_support, log_likelihood, natural, step_noise
+from bayes_grpo.population import PARAMS, PopulationPosterior, RunPrior, expected_reward, in_support, log_likelihood, natural, step_noise
 from bayes_grpo.prepare import PreparedRun, bin_observations, prepare_run
 from bayes_grpo.measures import final_window_size, smoothed
 from bayes_grpo.settings import FINAL_WINDOW_FRACTION, FORECAST_QUANTILES
@@ -161,7 +161,8 @@ class Forecast:
     observed_steps, observed_rewards : ndarray
         What the forecast was conditioned on.
     params : dict
-        Per-draw curve parameters ``r0, gain, tau, beta, sigma`` (normalised units) and ``unit``.
+        Per-draw curve parameters ``r0, gain, tau, beta, sigma`` (normalised units; ``end_gain``, the
+        gain by the end of the plan, for a model with ``gain_at="plan_end"``) and ``unit``.
     plateau_step : ndarray
         Per-draw step where the curve reaches 95% of its total gain.
     current : ndarray
@@ -750,17 +751,17 @@ def forecast(
     picks = _systematic_resample(np.exp(conditioned.log_weights), n_draws, rng)
     sample = conditioned.theta[picks]
     p = natural(dict(zip(PARAMS, sample.T)), config)
-    r0, gain, tau, beta = p["r0"], p["gain"], p["tau"], p["beta"]
+    r0, tau, beta = p["r0"], p["tau"], p["beta"]
 
     total = prepared.total_steps
     last = int(prepared.steps[-1]) if prepared.steps.size else 0
     grid = _grid(last, total)
     t_grid = grid / total
-    curves = reward_curve(config.form, t_grid[None], r0[:, None], gain[:, None], tau[:, None], beta[:, None])
+    curves = expected_reward(config, t_grid[None], {name: value[:, None] for name, value in p.items()})
     t_last = last / total
     drift = float(config.drift if drift is None else drift)
     levels = curves + _brownian_discrepancy(rng, t_grid, t_last, drift * p["sigma"], config.drift_df) if drift > 0 else curves
-    current = reward_curve(config.form, np.array([t_last]), r0, gain, tau, beta) if last else r0
+    current = expected_reward(config, np.array([t_last]), p) if last else r0
     plateau_t = plateau_progress(config.form, tau, beta)
     return Forecast(
         run_id=prepared.run_id,

@@ -61,14 +61,15 @@ import numpy as np
 from scipy.special import gammaln, logsumexp
 
 from bayes_grpo.config import ModelConfig, merge
-from bayes_grpo.curves import get_form, reward_curve, shape
+from bayes_grpo.curves import SMALLEST_END_SHARE, get_form, relative_shape, reward_curve, shape
 from bayes_grpo.errors import ModelError
 from bayes_grpo.prepare import SCALE_KINDS, PreparedRun, bin_observations, centred_size, size_centres, start_level
 
 #: Version of this model definition, recorded in what a fit was made with (``FittedModel.fitted_on``).
 #: 2: total gain; 2.1: gain by the end of the plan; 2.2: a declared start has a fixed spread;
-#: 2.3: timescale and shape (mean and spread) per scale kind, an optional source level.
-MODEL_VERSION = "2.3"
+#: 2.3: timescale and shape (mean and spread) per scale kind, an optional source level;
+#: 2.4: the curve relative to the plan end in log space (no floor on F(1), :func:`expected_reward`).
+MODEL_VERSION = "2.4"
 #: Per-run parameters, in the unconstrained space the forecast samples.
 PARAMS = ("r0", "asinh_gain", "log_tau", "log_beta", "log_sigma")
 #: Name of each parameter's standard-normal offset in the non-centred PyMC model.
@@ -89,8 +90,6 @@ NO_FAMILY = "(no family)"
 NO_SOURCE = "(no source)"
 # Scale given to log_beta of a form without beta: a point mass at 0 for the forecast sampler.
 _FIXED_SCALE = 1e-9
-# Smallest share of the total gain reached by the end of the plan (keeps gain = G1 / F(1) finite).
-_SMALLEST_SHARE = 1e-12
 
 
 class PopulationPosterior(Protocol):
@@ -271,14 +270,30 @@ def natural(theta: Mapping[str, Any], config: ModelConfig, xp: Any = np) -> dict
     ``config.gain_at == "plan_end"``, the total gain (the asymptote) when ``"asymptote"``.
     Measured at the end of the plan, a run that never took off has a gain near zero
     whatever its timescale, instead of the ridge (gain ~ 0, any tau) or (tau beyond the
-    horizon, any gain) that the asymptote leaves; ``gain`` is always the asymptote.
+    horizon, any gain) that the asymptote leaves; ``gain`` is always the asymptote, and
+    under ``"plan_end"`` the result also holds that gain by the end of the plan,
+    ``end_gain``, from which :func:`expected_reward` computes the curve.
     """
     tau = xp.exp(theta["log_tau"])
     beta = xp.exp(theta["log_beta"])
     gain = xp.sinh(theta["asinh_gain"])
+    params = {"r0": theta["r0"], "gain": gain, "tau": tau, "beta": beta, "sigma": xp.exp(theta["log_sigma"])}
     if config.gain_at == "plan_end":
-        gain = gain / xp.maximum(shape(config.form, 1.0, tau, beta, xp), _SMALLEST_SHARE)
-    return {"r0": theta["r0"], "gain": gain, "tau": tau, "beta": beta, "sigma": xp.exp(theta["log_sigma"])}
+        params["end_gain"] = gain
+        params["gain"] = gain / xp.maximum(shape(config.form, 1.0, tau, beta, xp), SMALLEST_END_SHARE)
+    return params
+
+
+def expected_reward(config: ModelConfig, t: Any, params: Mapping[str, Any], xp: Any = np) -> Any:
+    """Expected normalised reward at progress ``t``: ``r0 + end_gain * F(t) / F(1)`` when ``params`` hold the
+    gain by the end of the plan (:func:`natural` under ``gain_at="plan_end"``), else ``r0 + gain * F(t)``.
+
+    The first form is computed with :func:`~bayes_grpo.curves.relative_shape`, which stays smooth
+    where ``F(1)`` is tiny and the asymptote ``gain`` astronomically large.
+    """
+    if "end_gain" in params:
+        return params["r0"] + params["end_gain"] * relative_shape(config.form, t, params["tau"], params["beta"], xp)
+    return reward_curve(config.form, t, params["r0"], params["gain"], params["tau"], params["beta"], xp=xp)
 
 
 def step_noise(sigma: Any, floor: float, xp: Any = np) -> Any:
@@ -288,7 +303,7 @@ def step_noise(sigma: Any, floor: float, xp: Any = np) -> Any:
 
 def observation(config: ModelConfig, t: Any, count: Any, params: Mapping[str, Any], xp: Any = np) -> tuple[Any, Any]:
     """Mean and Student-t scale of a bin of ``count`` logged rewards at progress ``t``."""
-    mu = reward_curve(config.form, t, params["r0"], params["gain"], params["tau"], params["beta"], xp=xp)
+    mu = expected_reward(config, t, params, xp)
     return mu, step_noise(params["sigma"], config.noise_floor, xp) / xp.sqrt(count)
 
 

@@ -17,7 +17,7 @@ import xarray as xr
 
 import bayes_grpo as bg
 from bayes_grpo.config import GAIN_REFERENCES, PARAMETERISATIONS, ModelConfig
-from bayes_grpo.curves import CURVE_FORMS, DEFAULT_FORM, plateau_progress, shape
+from bayes_grpo.curves import CURVE_FORMS, DEFAULT_FORM, plateau_progress, relative_shape, shape
 from bayes_grpo.model import FittedModel
 from bayes_grpo.population import (
     BinGrid,
@@ -264,6 +264,39 @@ def test_every_registered_form_is_a_proper_curve(form):
     np.testing.assert_allclose(symbolic, values, rtol=1e-6, atol=1e-8)  # pytensor's sigmoid differs from tanh in the last digits
     t95 = plateau_progress(form, 0.3, 2.5)
     assert shape(form, np.array([t95]), 0.3, 2.5)[0] == pytest.approx(0.95, abs=1e-6)
+
+
+@pytest.mark.parametrize("form", list(CURVE_FORMS))
+def test_the_share_of_the_plan_end_gain_is_f_t_over_f_1_in_numpy_and_pytensor(form):
+    import pytensor
+    import pytensor.tensor as pt
+
+    t = np.array([0.01, 0.2, 0.5, 1.0])
+    for tau, beta in [(0.3, 2.5), (2.0, 1.5)]:
+        expected = shape(form, t, tau, beta) / shape(form, 1.0, tau, beta)
+        np.testing.assert_allclose(relative_shape(form, t, tau, beta), expected, rtol=1e-9)
+        symbolic = pytensor.function([], relative_shape(form, pt.as_tensor(t), tau, beta, xp=pt))()
+        np.testing.assert_allclose(symbolic, expected, rtol=1e-5)  # the logistic: pytensor's sigmoid, as above
+
+
+def test_a_late_sharp_take_off_keeps_a_smooth_curve_and_gradient_where_f_1_underflows():
+    """beta * log(tau) = 500 * log(5): F(1) is 0 in floating point; F(t) / F(1) -> t ** beta, with finite gradients."""
+    import pytensor
+    import pytensor.tensor as pt
+
+    t = np.array([0.5, 0.99, 0.999, 1.0])
+    assert shape("loglogistic", 1.0, 5.0, 500.0) == 0.0
+    np.testing.assert_allclose(relative_shape("loglogistic", t, 5.0, 500.0), t**500.0, rtol=1e-9)
+    log_tau, log_beta = pt.dscalar("log_tau"), pt.dscalar("log_beta")
+    value = pt.sum(relative_shape("loglogistic", pt.as_tensor(t), pt.exp(log_tau), pt.exp(log_beta), xp=pt))
+    grads = pytensor.function([log_tau, log_beta], pt.grad(value, [log_tau, log_beta]))
+    for point in [(np.log(3.0), np.log(500.0)), (np.log(1.7), np.log(50.0)), (np.log(1.7001), np.log(50.0))]:
+        assert np.all(np.isfinite(grads(*point)))
+    # No kink where F(1) crosses 1e-12 (beta * log(tau) ~ 27.6; a floor on F(1) there made d/dlog_tau jump
+    # by ~100), nor where the logit of F(1) meets its floor of -30.
+    for crossing in (27.6, 30.0):
+        below, above = (np.array(grads(np.log(tau), np.log(50.0))) for tau in np.exp((crossing + np.array([-0.1, 0.1])) / 50))
+        np.testing.assert_allclose(below, above, rtol=0.05, atol=1e-9)
 
 
 def test_a_declared_start_has_its_fixed_spread_whatever_the_population_says():
