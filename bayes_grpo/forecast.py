@@ -595,13 +595,15 @@ def _mcmc_mixture(
 
 
 _T_DF = 5.0
+#: Steps of the Laplace proposal's finite-difference Hessian, tried in turn until all its points are finite.
+HESSIAN_STEPS = (1e-3, 1e-4, 1e-5, 1e-6)
 
 
 def _laplace(log_post: Any, starts: np.ndarray, fallback_cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Mode of ``log_post`` (vectorised over rows) and a positive-definite inverse-Hessian covariance.
 
-    Where the Hessian cannot be taken (the mode sits on a boundary of the
-    support, e.g. a declared reward range), ``fallback_cov`` is used instead.
+    Where the Hessian cannot be taken even with the smallest of :data:`HESSIAN_STEPS` (the mode
+    sits on a boundary of the support, e.g. a declared reward range), ``fallback_cov`` is used instead.
     """
     from scipy.optimize import minimize
 
@@ -617,14 +619,30 @@ def _laplace(log_post: Any, starts: np.ndarray, fallback_cov: np.ndarray) -> tup
 
     best = min((minimize(objective, x0, jac=True, method="BFGS", options={"gtol": 1e-2, "maxiter": 40}) for x0 in starts), key=lambda r: r.fun)
     mode = best.x
-    h = 1e-3
-    # Central-difference Hessian, all perturbed points evaluated in one vectorised call.
+    # A mode on (or within a step of) a boundary of the support has -inf neighbours: the Hessian is retaken
+    # with steps ten times smaller until every point is inside (a run whose curve, extrapolated, would leave
+    # its declared range sits there; the prior-particle covariance instead sent every proposal astray).
+    for h in HESSIAN_STEPS:
+        precision = _precision_at(log_post, mode, h)
+        if np.all(np.isfinite(precision)):
+            break
+    else:
+        return mode, fallback_cov
+    eigval, eigvec = np.linalg.eigh(precision)
+    eigval = np.clip(eigval, 1e-2, 1e8)
+    cov = (eigvec / eigval) @ eigvec.T
+    return mode, cov * 1.5
+
+
+def _precision_at(log_post: Any, mode: np.ndarray, h: float) -> np.ndarray:
+    """Minus the central-difference Hessian of ``log_post`` at ``mode`` with step ``h``, symmetrised (one vectorised call)."""
+    dim = mode.size
     eye = np.eye(dim) * h
     points = [mode]
     for i in range(dim):
         for j in range(dim):
             points += [mode + eye[i] + eye[j], mode + eye[i] - eye[j], mode - eye[i] + eye[j], mode - eye[i] - eye[j]]
-    with np.errstate(invalid="ignore"):  # -inf on a support boundary: handled below via fallback_cov
+    with np.errstate(invalid="ignore"):  # -inf on a support boundary: the caller falls back
         values = log_post(np.array(points))
         hessian = np.empty((dim, dim))
         k = 1
@@ -633,13 +651,7 @@ def _laplace(log_post: Any, starts: np.ndarray, fallback_cov: np.ndarray) -> tup
                 pp, pm_, mp, mm = values[k : k + 4]
                 hessian[i, j] = (pp - pm_ - mp + mm) / (4 * h * h)
                 k += 4
-    precision = -(hessian + hessian.T) / 2
-    if not np.all(np.isfinite(precision)):
-        return mode, fallback_cov
-    eigval, eigvec = np.linalg.eigh(precision)
-    eigval = np.clip(eigval, 1e-2, 1e8)
-    cov = (eigvec / eigval) @ eigvec.T
-    return mode, cov * 1.5
+    return -(hessian + hessian.T) / 2
 
 
 def _mvt_sample(rng: np.random.Generator, mode: np.ndarray, cov: np.ndarray, size: int) -> np.ndarray:

@@ -158,23 +158,34 @@ def test_fallback_mixture_density_is_normalised() -> None:
     assert np.allclose(_mvt_mixture_logpdf(x, centres, cov), expected)
 
 
-def _sharp_linear_run() -> bg.RunLog:
-    """2,000 steps of a near-noiseless linear climb: a narrow, curved posterior the Laplace step misses."""
+def _sharp_curved_run() -> bg.RunLog:
+    """2,000 steps of a near-noiseless square-root climb: a narrow, curved posterior the Laplace step misses."""
     rng = np.random.default_rng(0)
-    return _log(np.linspace(0.1, 0.6, 2000) + 0.001 * rng.standard_normal(2000), total=4000)
+    return _log(0.1 + 0.5 * np.sqrt(np.linspace(0, 1, 2000)) + 0.001 * rng.standard_normal(2000), total=4000)
 
 
 def test_a_sharp_curved_posterior_falls_back_to_the_mcmc_proposal() -> None:
     model = bg.default_model()
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
-        conditioned = condition(model, prepare_run(_sharp_linear_run()), seed=0)
+        conditioned = condition(model, prepare_run(_sharp_curved_run()), seed=0)
     assert conditioned.proposal == "mcmc" and conditioned.reliable
+
+
+def test_a_posterior_mode_on_the_declared_range_boundary_still_conditions_reliably() -> None:
+    """A near-noiseless quadratic climb whose curve, extrapolated to the planned end, would leave its declared
+    range: the mode sits on the range's edge, where the Laplace step's first Hessian has -inf points."""
+    rng = np.random.default_rng(0)
+    rewards = 0.1 + 0.5 * np.linspace(0, 1, 2000) ** 2 + 0.001 * rng.standard_normal(2000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        conditioned = condition(bg.default_model(), prepare_run(_log(rewards, total=3000)), seed=0)
+    assert conditioned.reliable and conditioned.proposal != "prior"
 
 
 def test_weights_that_stay_poor_warn() -> None:
     model = bg.default_model()
-    prepared = prepare_run(_sharp_linear_run())
+    prepared = prepare_run(_sharp_curved_run())
     outcomes = []
     for seed in range(4):
         with warnings.catch_warnings(record=True) as caught:
