@@ -69,7 +69,9 @@ off later (on all 37 runs: 15.1% saved against 15.2%, the same three bad
 stops). Refitted at 2 x 4,000 draws (session 11) the folds split their picks
 (two of five 0.99 / 0.02, the others 0.9 / 0.005 or 0.95 / 0.01, each decided
 by single runs): held out 15.7% saved with 10.8% of runs above 0.05 regret,
-while the defaults gave 14.7% saved with 5.4% (two runs); they were kept. The
+while the defaults gave 14.7% saved with 5.4% (two runs); they were kept. With
+model 2.4 (session 12) the defaults save 13.0% with 10.8% (four runs, two of
+them at 0.050 and 0.051) and the nested selection 16.3% with 10.8%. The
 earlier defaults (0.95, 0.01, 30%) saved 16.7% but stopped 13.5%
 of the runs above 0.05 regret (10.8% above 0.10); with the selection made on
 the bundled and real runs together (the bundled ones are easier and five
