@@ -292,8 +292,9 @@ class FittedModel:
         path : path-like
             The file to write; an existing folder gets ``model.nc`` inside it.
         full : bool
-            Also store the full fit (per-run parameters, sample stats, log-likelihood) when the
-            model has it; otherwise only the population posterior (about 2 MB at 2 x 4,000 draws).
+            Also store the full fit (per-run parameters, sample stats, the log-likelihood in single
+            precision) when the model has it; otherwise only the population posterior (about 2 MB at
+            2 x 4,000 draws).
 
         Returns
         -------
@@ -309,13 +310,21 @@ class FittedModel:
         if out.is_dir():
             out = out / "model.nc"
         out.parent.mkdir(parents=True, exist_ok=True)
-        if full and self.idata is not None:
-            data = self.idata
+        full = full and self.idata is not None
+        if full:
+            # The pointwise log-likelihood (for LOO) is the largest group: stored in single precision it
+            # halves (257 to 129 MB at 201 runs x 20 bins x 8,000 draws), ample for LOO's sums.
+            groups = {name: self.idata[name] for name in self.idata.groups()}
+            if "log_likelihood" in groups:
+                groups["log_likelihood"] = groups["log_likelihood"].astype("float32")
+            data = az.InferenceData(**groups)
         else:
             data = az.InferenceData(posterior=self.population)
         if out.exists():
             out.unlink()
-        data.to_netcdf(str(out), engine="h5netcdf")
+        # zlib barely shrinks posterior draws (a full fit: 293 to 270 MB) but made writing one ten times
+        # slower (0.9 to 8.8 s), so only the small population-only file is compressed.
+        data.to_netcdf(str(out), engine="h5netcdf", compress=not full)
         with h5netcdf.File(out, "a") as handle:
             for key, value in self._attributes().items():
                 handle.attrs[key] = value
