@@ -22,7 +22,8 @@ The same formulas are written once against an array namespace so that the NumPy
 version (forecasting, live stopping) and the PyTensor version (the hierarchical
 PyMC model) cannot drift apart. Forms live in a registry, :data:`CURVE_FORMS`
 (name -> :class:`CurveForm`: shape function, parameter names, prior centre of
-log beta, plateau progress); adding a form means adding one entry.
+log beta, plateau progress, and where it has one a formula for F(t) / F(1) that
+stays finite when F(1) underflows, :func:`relative_shape`); adding a form means adding one entry.
 
 The module also holds the deterministic reference: a least-squares fit of the
 paper's law ``R(t) = c + gamma / (1 + exp(-delta (t - t0)))`` with its two phase
