@@ -231,9 +231,9 @@ class SamplerConfig:
         200 each in quick mode (``BAYES_GRPO_QUICK=1``, read when the config is created).
         4000 draws: a draw costs about 35 gradients (the sheared gain, session 8) of about
         130 us each on the 201 bundled + shared runs (the (run, bin) grid likelihood, session 11),
-        and 2 x 4000 draws reach a smallest bulk ESS of 436-586 over every variable with max
-        r_hat 1.004-1.008 in 36-55 s of sampling with compilation at six seeds of seven (model 2.4,
-        session 12; seed 2: ESS 121, r_hat 1.012, a real run with two modes; 2 x 2000: ESS 233-385).
+        and 2 x 4000 draws reach a smallest bulk ESS of 436-674 over every variable with max
+        r_hat 1.004-1.008 in 35-55 s of sampling with compilation at eight seeds of eleven (model
+        2.4, session 12; seed 2: ESS 121, seed 9: 232, seed 6: 89 s; 2 x 2000: ESS 233-385).
     chains : int
         Number of chains (2).
     sampler : str or None
