@@ -66,10 +66,8 @@ def _weibull(t: Any, tau: Any, beta: Any, xp: Any) -> Any:
 
 def _weibull_relative(t: Any, tau: Any, beta: Any, xp: Any) -> Any:
     # (1 - exp(-u_t)) / (1 - exp(-u_1)) with expm1: exact when both u are tiny (tau far beyond the plan).
-    if xp is np:
-        with np.errstate(over="ignore"):
-            return np.expm1(-((t / tau) ** beta)) / np.minimum(np.expm1(-((1.0 / tau) ** beta)), -_TINY_SHARE)
-    return xp.expm1(-((t / tau) ** beta)) / xp.minimum(xp.expm1(-((1.0 / tau) ** beta)), -_TINY_SHARE)
+    with np.errstate(over="ignore"):  # NumPy: u overflows to inf for a tiny tau, and expm1(-inf) = -1 is right
+        return xp.expm1(-((t / tau) ** beta)) / xp.minimum(xp.expm1(-((1.0 / tau) ** beta)), -_TINY_SHARE)
 
 
 def _weibull_plateau(tau: np.ndarray, beta: np.ndarray, level: float) -> np.ndarray:

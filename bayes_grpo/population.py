@@ -68,7 +68,7 @@ from bayes_grpo.prepare import SCALE_KINDS, PreparedRun, bin_observations, centr
 #: Version of this model definition, recorded in what a fit was made with (``FittedModel.fitted_on``).
 #: 2: total gain; 2.1: gain by the end of the plan; 2.2: a declared start has a fixed spread;
 #: 2.3: timescale and shape (mean and spread) per scale kind, an optional source level;
-#: 2.4: the curve relative to the plan end in log space (no floor on F(1), :func:`expected_reward`).
+#: 2.4: the curve relative to the plan end without a floor on F(1) (:func:`expected_reward`).
 MODEL_VERSION = "2.4"
 #: Per-run parameters, in the unconstrained space the forecast samples.
 PARAMS = ("r0", "asinh_gain", "log_tau", "log_beta", "log_sigma")
@@ -285,15 +285,19 @@ def natural(theta: Mapping[str, Any], config: ModelConfig, xp: Any = np) -> dict
 
 
 def expected_reward(config: ModelConfig, t: Any, params: Mapping[str, Any], xp: Any = np) -> Any:
-    """Expected normalised reward at progress ``t``: ``r0 + end_gain * F(t) / F(1)`` when ``params`` hold the
-    gain by the end of the plan (:func:`natural` under ``gain_at="plan_end"``), else ``r0 + gain * F(t)``.
+    """Expected normalised reward at progress ``t``: ``r0 + end_gain * F(t) / F(1)`` under
+    ``gain_at="plan_end"``, ``r0 + gain * F(t)`` under ``"asymptote"``.
 
-    The first form is computed with :func:`~bayes_grpo.curves.relative_shape`, which stays smooth
-    where ``F(1)`` is tiny and the asymptote ``gain`` astronomically large.
+    The first is computed with :func:`~bayes_grpo.curves.relative_shape`, which stays smooth
+    where ``F(1)`` is tiny and the asymptote ``gain`` astronomically large. ``end_gain`` comes
+    from :func:`natural`; parameters without it (a fit's stored per-run draws) get it back from
+    the asymptote by undoing :func:`natural`'s division.
     """
-    if "end_gain" in params:
-        return params["r0"] + params["end_gain"] * relative_shape(config.form, t, params["tau"], params["beta"], xp)
-    return reward_curve(config.form, t, params["r0"], params["gain"], params["tau"], params["beta"], xp=xp)
+    r0, tau, beta = params["r0"], params["tau"], params["beta"]
+    if config.gain_at != "plan_end":
+        return reward_curve(config.form, t, r0, params["gain"], tau, beta, xp=xp)
+    end_gain = params["end_gain"] if "end_gain" in params else params["gain"] * xp.maximum(shape(config.form, 1.0, tau, beta, xp), SMALLEST_END_SHARE)
+    return r0 + end_gain * relative_shape(config.form, t, tau, beta, xp)
 
 
 def step_noise(sigma: Any, floor: float, xp: Any = np) -> Any:
@@ -590,7 +594,8 @@ def simulate(config: ModelConfig, t: np.ndarray, params: Mapping[str, np.ndarray
     t : ndarray
         Normalised progress of the logged steps.
     params : mapping
-        Per-draw ``r0, gain, tau, sigma`` (and ``beta``; 1 when absent), 1-D arrays.
+        Per-draw ``r0, gain, tau, sigma`` (and ``beta``; 1 when absent), 1-D arrays: a fit's stored
+        per-run draws, or :func:`natural` of parameter vectors.
     rng : numpy.random.Generator
         Source of the Student-t noise.
 

@@ -249,6 +249,22 @@ def test_posterior_predictive_uses_the_likelihood_noise():
     np.testing.assert_allclose(mu[0], shape(config.form, t, 0.3, 2.0))
 
 
+def test_stored_per_run_draws_give_the_fitted_curve_also_past_the_floor_on_f_1():
+    """A fit stores the asymptote ``gain``, whose division by F(1) is floored; the report's posterior predictive
+    must still give the fit's curve ``r0 + G F(t) / F(1)``, also for a late sharp take-off with F(1) < 1e-12."""
+    config = ModelConfig(gain_at="plan_end")
+    theta = {"r0": np.array([0.1, 0.1]), "asinh_gain": np.arcsinh([0.5, 0.5]), "log_tau": np.log([0.3, 2.0]),
+             "log_beta": np.log([2.0, 60.0]), "log_sigma": np.log([0.05, 0.05])}  # fmt: skip
+    assert shape(config.form, 1.0, 2.0, 60.0) < 1e-12
+    params = natural(theta, config)
+    stored = {name: params[name] for name in ("r0", "gain", "tau", "beta", "sigma")}
+    t = np.linspace(0.05, 1.0, 20)
+    mu_stored, _ = simulate(config, t, stored, np.random.default_rng(0))
+    mu_fitted, _ = simulate(config, t, params, np.random.default_rng(0))
+    np.testing.assert_allclose(mu_stored, mu_fitted, rtol=1e-12)
+    np.testing.assert_allclose(mu_stored[1], 0.1 + 0.5 * t**60.0, rtol=1e-9)
+
+
 @pytest.mark.parametrize("form", list(CURVE_FORMS))
 def test_every_registered_form_is_a_proper_curve(form):
     pytensor = pytest.importorskip("pytensor")
