@@ -31,6 +31,8 @@ from bayes_grpo.settings import quick_mode
 PARAMETERISATIONS = ("auto", "mixed", "centred", "non_centred")
 #: Where a run's gain parameter is measured (:attr:`ModelConfig.gain_at`).
 GAIN_REFERENCES = ("asymptote", "plan_end")
+#: Families of the population spreads' priors (:attr:`PriorConfig.spread_prior`).
+SPREAD_PRIORS = ("halfnormal", "gamma")
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,14 @@ class PriorConfig:
         HalfNormal scale of its per-run spread.
     r0_sd_scale : tuple of float
         HalfNormal scale of the spread of a run's start around its start level.
+    fixed_start_sd : tuple of (float or None)
+        Per kind (range, learned), the start spread ``r0_sd`` fixed at this value instead of
+        learned (None: learned). Default ``(None, 0.12)`` since model 2.5. On a learned scale the start level is read from the run's own first
+        rewards, so the same rewards that set the level also judge how far the start may sit
+        from it, and the learned spread can shrink towards zero, where a run whose first rewards
+        straddle an early collapse must call them outliers: a second posterior mode (issue 13;
+        ``benchmarks/results/fit_scaling.notes.md``, session 13). 0.12 is the median of that
+        spread's posterior when it was learned on the 201 bundled + shared runs.
     sig_mu_loc, sig_mu_scale : tuple of float
         Normal prior of the kind's mean log per-step noise.
     sig_sd_scale : float
@@ -68,6 +78,12 @@ class PriorConfig:
     declared_start_sd : tuple of float
         Spread of the start of a run that declares its initial reward, around it (in the
         fit and at forecast time); ``r0_sd`` is learned from the other runs.
+    spread_prior : {"halfnormal", "gamma"}
+        Family of the priors of every population spread (the ``*_sd`` variables, scaled by the
+        ``*_sd_scale`` fields, called HalfNormal scales above): HalfNormal, or (the default since
+        model 2.5) a Gamma of shape 2 with the same mean, which has no mass at zero (a
+        zero-avoiding prior, so no funnel neck there) and a longer right tail. Measured on the
+        201 runs (session 13): no divergence in 22 fits against 6 in 11 with HalfNormal.
     """
 
     gain_mu_loc: tuple[float, float] = (0.3, 0.5)
@@ -87,10 +103,18 @@ class PriorConfig:
     beta_mu_scale: float = 0.5
     beta_sd_scale: float = 0.5
     r0_sd_scale: tuple[float, float] = (0.1, 0.3)
+    fixed_start_sd: tuple[float | None, float | None] = (None, 0.12)
     sig_mu_loc: tuple[float, float] = (math.log(0.05), math.log(0.3))
     sig_mu_scale: tuple[float, float] = (1.0, 0.7)
     sig_sd_scale: float = 0.5
     declared_start_sd: tuple[float, float] = (0.02, 0.1)
+    spread_prior: str = "gamma"
+
+    def __post_init__(self) -> None:
+        if self.spread_prior not in SPREAD_PRIORS:
+            raise ModelError(f"priors.spread_prior must be one of {SPREAD_PRIORS}, got {self.spread_prior!r}")
+        if len(self.fixed_start_sd) != 2 or any(sd is not None and not float(sd) > 0 for sd in self.fixed_start_sd):
+            raise ModelError(f"priors.fixed_start_sd must be two entries (range, learned), each None or positive, got {self.fixed_start_sd!r}")
 
 
 @dataclass(frozen=True)
@@ -231,9 +255,10 @@ class SamplerConfig:
         200 each in quick mode (``BAYES_GRPO_QUICK=1``, read when the config is created).
         4000 draws: a draw costs about 35 gradients (the sheared gain, session 8) of about
         130 us each on the 201 bundled + shared runs (the (run, bin) grid likelihood, session 11),
-        and 2 x 4000 draws reach a smallest bulk ESS of 436-674 over every variable with max
-        r_hat 1.004-1.008 in 35-55 s of sampling with compilation at eight seeds of eleven (model
-        2.4, session 12; seed 2: ESS 121, seed 9: 232, seed 6: 89 s; 2 x 2000: ESS 233-385).
+        and 2 x 4000 draws reach a smallest bulk ESS of 444-727 over every variable with max
+        r_hat 1.005-1.008 and no divergence in 46-53 s of sampling with compilation at nine seeds
+        of eleven (model 2.5, session 13, on a machine 20% slower than session 12's; seed 9: ESS
+        305, seed 2026: ESS 293 and 155 s; 2 x 2000 draws gave ESS 233-385 on model 2.4).
     chains : int
         Number of chains (2).
     sampler : str or None

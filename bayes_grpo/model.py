@@ -389,9 +389,12 @@ def load_model(path: str | os.PathLike) -> FittedModel:
     population = _with_kind_means(posterior[[v for v in POPULATION_VARS if v in posterior]].load())
     full = any(v in posterior for v in _PER_RUN_VARS)
     diagnostics = json.loads(attrs["diagnostics"])
+    # Settings a file written before they existed was fitted without (their old behaviour).
+    stored = {"gain_at": "asymptote", "drift_df": None} | json.loads(attrs["model_config"])
+    stored["priors"] = {"spread_prior": "halfnormal", "fixed_start_sd": [None, None]} | stored.get("priors", {})
     return FittedModel(
         population=population,
-        model_config=ModelConfig.from_dict({"gain_at": "asymptote", "drift_df": None} | json.loads(attrs["model_config"])),
+        model_config=ModelConfig.from_dict(stored),
         sampler_config=SamplerConfig.from_dict(json.loads(attrs["sampler_config"])),
         size_centres=list(json.loads(attrs["size_centres"])),
         fitted_on=json.loads(attrs["fitted_on"]),
@@ -532,7 +535,8 @@ def fit(
     diagnostics = _diagnose(idata, sconfig.sampler, seconds)
     if not diagnostics.ok:
         warnings.warn(
-            f"the fit may not have converged ({diagnostics}); run more draws/tune or check the runs",
+            f"the fit may not have converged ({diagnostics}); run more draws/tune or check the runs"
+            + ("; against divergences, model_config={'priors': {'spread_prior': 'gamma'}} may help" if diagnostics.divergences else ""),
             RuntimeWarning,
             stacklevel=2,
         )

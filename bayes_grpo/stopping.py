@@ -71,7 +71,9 @@ stops). Refitted at 2 x 4,000 draws (session 11) the folds split their picks
 by single runs): held out 15.7% saved with 10.8% of runs above 0.05 regret,
 while the defaults gave 14.7% saved with 5.4% (two runs); they were kept. With
 model 2.4 (session 12) the defaults save 13.0% with 10.8% (four runs, two of
-them at 0.050 and 0.051) and the nested selection 16.3% with 10.8%. The
+them at 0.050 and 0.051) and the nested selection 16.3% with 10.8%; with model
+2.5 (session 13) 14.0% with 8.1% (the run at 0.050 now stops at 0.030) and
+15.4% with 13.5%. The
 earlier defaults (0.95, 0.01, 30%) saved 16.7% but stopped 13.5%
 of the runs above 0.05 regret (10.8% above 0.10); with the selection made on
 the bundled and real runs together (the bundled ones are easier and five

@@ -5,7 +5,7 @@ project, on a declared reward range) together with the real public GRPO runs
 found through :func:`bayes_grpo.settings.shared_runs_dir` (``--shared``, else
 ``$BAYES_GRPO_SHARED_RUNS``, else ``../shared/external_runs``). Only the
 population posterior is written (about 2 MB). The package's model and
-sampler defaults are used (on these 200-odd runs: the "mixed" parameterisation with
+sampler defaults are used, its seed included (on these 200-odd runs: the "mixed" parameterisation with
 the sheared gain, 4,000 draws after 500 tuning steps, about 40-50 s of sampling;
 ``benchmarks/results/fit_geometry.md``). The shared runs are other
 people's data: the model records how many there were and the SHA-256 of their
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replace-shipped", action="store_true", help=f"also copy the result over {DEFAULT_MODEL_PATH}")
     parser.add_argument("--shared", type=Path, default=None, help="folder of the shared runs (index.csv + runs/)")
     parser.add_argument("--quick", action="store_true", help="200 draws and tuning steps instead of the package defaults")
-    parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--seed", type=int, default=None, help="sampler seed (default: the package's, 0, as `bayes-grpo fit` uses)")
     args = parser.parse_args(argv)
 
     bundled = list(bg.load_runs(bundled_runs_dir()))
@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     if not external:
         warnings.warn("no shared runs found: fitting on the bundled runs only", stacklevel=1)
     quick = {"draws": 200, "tune": 200} if args.quick else {}
-    model = bg.fit(bundled + external, sampler_config={"chains": 2, "seed": args.seed, **quick}, keep_full=False)
+    seed = {} if args.seed is None else {"seed": args.seed}
+    model = bg.fit(bundled + external, sampler_config={"chains": 2, **seed, **quick}, keep_full=False)
     print(model.diagnostics)
     model.fitted_on = provenance(bundled, shared, len(external), argv)
     written = model.save(args.out, full=False)

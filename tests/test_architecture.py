@@ -352,3 +352,55 @@ def test_a_run_from_an_unseen_source_gets_the_spread_between_sources_and_a_seen_
     loc_old, scale_old = run_prior(old, cov, config)
     np.testing.assert_allclose(loc_old["log_tau"], 0.0)
     np.testing.assert_allclose(scale_old["asinh_gain"], 0.8)
+
+
+@pytest.mark.parametrize("spread_prior", ["halfnormal", "gamma"])
+def test_every_population_spread_has_the_configured_prior_with_the_halfnormal_mean(spread_prior):
+    """Each ``*_sd`` variable's log-density is HalfNormal(scale), or Gamma(2) with the same mean: no mass at zero."""
+    pytest.importorskip("pymc")
+    from scipy import stats
+
+    prepared = [prepare_run(r) for r in _runs()]
+    config = ModelConfig.from_dict({"priors": {"spread_prior": spread_prior, "fixed_start_sd": [None, None]}, "source_level": True})
+    model = build_model(prepared, config, size_centres(prepared))
+    p = config.priors
+    scales = {
+        "gain_sd": p.gain_sd_scale, "fam_gain_sd": p.fam_gain_sd_scale, "tau_sd": p.tau_sd_scale, "fam_tau_sd": p.fam_tau_sd_scale,
+        "beta_sd": p.beta_sd_scale, "src_gain_sd": p.src_gain_sd_scale, "src_tau_sd": p.src_tau_sd_scale,
+        "r0_sd": p.r0_sd_scale, "sig_sd": p.sig_sd_scale,
+    }
+    assert {v.name for v in model.free_RVs if v.name.endswith("_sd")} == set(scales)
+    for name, scale in scales.items():
+        value = np.full(np.shape(model.initial_point()[f"{name}_log__"]), 0.07)
+        scale = np.broadcast_to(np.asarray(scale, float), value.shape)
+        logp = model.compile_logp(vars=[model[name]], jacobian=False)({**model.initial_point(), f"{name}_log__": np.log(value)})
+        if spread_prior == "gamma":
+            expected = stats.gamma(a=2.0, scale=np.sqrt(2 / np.pi) * scale / 2.0)
+            assert np.allclose(expected.mean(), stats.halfnorm(scale=scale).mean())
+            assert expected.pdf(1e-9).max() < 1e-6
+        else:
+            expected = stats.halfnorm(scale=scale)
+        assert logp == pytest.approx(float(np.sum(expected.logpdf(value))), rel=1e-7)
+
+
+@pytest.mark.parametrize("priors,match", [
+    ({"spread_prior": "cauchy"}, "spread_prior"),
+    ({"fixed_start_sd": [None, 0.0]}, "fixed_start_sd"),
+    ({"fixed_start_sd": [0.1]}, "fixed_start_sd"),
+])
+def test_bad_prior_settings_are_refused(priors, match):
+    with pytest.raises(bg.ModelError, match=match):
+        ModelConfig.from_dict({"priors": priors})
+
+
+def test_a_fixed_start_spread_replaces_the_learned_one_for_its_kind_only():
+    """``fixed_start_sd=(None, 0.12)``: the learned-scale start spread is the constant 0.12, the range kind's is still sampled."""
+    pytest.importorskip("pymc")
+    prepared = [prepare_run(r) for r in _runs()]
+    config = ModelConfig.from_dict({"priors": {"fixed_start_sd": [None, 0.12]}})
+    model = build_model(prepared, config, size_centres(prepared))
+    assert {v.name for v in model.free_RVs if v.name.startswith("r0_sd")} == {"r0_sd_range"}
+    point = model.initial_point()
+    for value in (0.01, 0.3):
+        (r0_sd,) = _evaluate(model, ["r0_sd"], {**point, "r0_sd_range_log__": np.log(value)})
+        np.testing.assert_allclose(r0_sd, [value, 0.12])
