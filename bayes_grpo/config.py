@@ -65,12 +65,13 @@ class PriorConfig:
         HalfNormal scale of the spread of a run's start around its start level.
     fixed_start_sd : tuple of (float or None)
         Per kind (range, learned), the start spread ``r0_sd`` fixed at this value instead of
-        learned (None: learned). Default ``(None, 0.12)`` since model 2.5. On a learned scale the start level is read from the run's own first
-        rewards, so the same rewards that set the level also judge how far the start may sit
-        from it, and the learned spread can shrink towards zero, where a run whose first rewards
-        straddle an early collapse must call them outliers: a second posterior mode (issue 13;
-        ``benchmarks/results/fit_scaling.notes.md``, session 13). 0.12 is the median of that
-        spread's posterior when it was learned on the 201 bundled + shared runs.
+        learned (None: learned); ``(None, 0.12)`` since model 2.5. On a learned scale the start
+        level is read from the run's own first rewards, so the same rewards that set the level
+        also judge how far the start may sit from it, and the learned spread can shrink towards
+        zero, where a run whose first rewards straddle an early collapse must call them outliers:
+        a second posterior mode (issue 13; ``benchmarks/results/fit_scaling.notes.md``, session
+        13). 0.12 is the median of that spread's posterior when it was learned on the 201
+        bundled + shared runs.
     sig_mu_loc, sig_mu_scale : tuple of float
         Normal prior of the kind's mean log per-step noise.
     sig_sd_scale : float

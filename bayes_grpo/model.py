@@ -536,7 +536,11 @@ def fit(
     if not diagnostics.ok:
         warnings.warn(
             f"the fit may not have converged ({diagnostics}); run more draws/tune or check the runs"
-            + ("; against divergences, model_config={'priors': {'spread_prior': 'gamma'}} may help" if diagnostics.divergences else ""),
+            + (
+                "; against divergences, model_config={'priors': {'spread_prior': 'gamma'}} may help"
+                if diagnostics.divergences and mconfig.priors.spread_prior != "gamma"
+                else ""
+            ),
             RuntimeWarning,
             stacklevel=2,
         )

@@ -195,7 +195,7 @@ def population_priors(config: ModelConfig) -> dict[str, Any]:
             pop[f"src_{effect}_sd"] = spread(f"src_{effect}_sd", scale)
             raw = pm.Normal(f"src_{effect}_raw", 0, 1, dims="source")
             pop[f"src_{effect}"] = pm.Deterministic(f"src_{effect}", pop[f"src_{effect}_sd"] * raw, dims="source")
-    if all(sd is None for sd in p.fixed_start_sd):
+    if all(sd is None for sd in p.fixed_start_sd):  # model 2.4's one per-kind variable, so its fits reproduce
         pop["r0_sd"] = spread("r0_sd", np.array(p.r0_sd_scale), dims="kind")
     else:  # a kind's start spread is learned, or fixed where PriorConfig.fixed_start_sd says so
         # Written as fixed values plus each learned spread times its kind's indicator: elementwise
