@@ -120,6 +120,22 @@ def test_load_model_refuses_another_format_version(tmp_path):
         bg.load_model(path)
 
 
+def test_a_file_written_before_a_prior_setting_existed_is_read_with_its_old_prior(tmp_path):
+    """A model file whose stored priors lack ``spread_prior`` / ``fixed_start_sd`` (before model 2.5) was fitted with
+    HalfNormal spreads and a learned start spread: it is read so, not with today's defaults."""
+    path = tmp_path / "old.nc"
+    shutil.copyfile(DEFAULT_MODEL_PATH, path)
+    with h5netcdf.File(path, "a") as handle:
+        stored = json.loads(handle.attrs["model_config"])
+        for name in ("spread_prior", "fixed_start_sd"):
+            stored["priors"].pop(name)
+        handle.attrs["model_config"] = json.dumps(stored)
+    old = bg.load_model(path).model_config.priors
+    assert (old.spread_prior, old.fixed_start_sd) == ("halfnormal", (None, None))
+    current = bg.default_model().model_config.priors
+    assert (current.spread_prior, current.fixed_start_sd) == ("gamma", (None, 0.12)) == (ModelConfig().priors.spread_prior, ModelConfig().priors.fixed_start_sd)
+
+
 def test_default_model_is_one_small_versioned_file_that_loads_offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     model = bg.default_model()
