@@ -737,7 +737,8 @@ def forecast(
     Warns
     -----
     UserWarning
-        When the importance weights stay unreliable after every proposal of :func:`condition`
+        When a run without a declared ``reward_range`` has only logged equal rewards (no scale to
+        forecast a change in), and when the importance weights stay unreliable after every proposal of :func:`condition`
         (Pareto k-hat above 0.7 or ESS below 10% of the particles); ``Forecast.ess`` and
         ``Forecast.pareto_k`` always say how good they are.
 
@@ -757,6 +758,13 @@ def forecast(
         reward_range=reward_range,
         source=source,
     )
+    if prepared.kind == "learned" and prepared.z.size >= 3 and np.ptp(prepared.z) == 0.0:
+        warnings.warn(
+            f"run {prepared.run_id!r}: the {prepared.z.size} rewards logged so far are all equal, so they give the "
+            "forecast no reward scale and it shows no change; pass reward_range=(min, max) for one",
+            UserWarning,
+            stacklevel=2,
+        )
     conditioned = condition(model, prepared, seed=seed)
     config = model.model_config
     rng = np.random.default_rng(seed + 1)

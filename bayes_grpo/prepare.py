@@ -64,11 +64,21 @@ class PreparedRun:
         return self.loc + self.unit * np.asarray(z)
 
 
+#: Smallest noise unit, relative to the rewards' magnitude (and absolute, for all-zero rewards): a
+#: guard against dividing by zero, far below any real noise, so forecasts stay equivariant under
+#: a change of reward units or offset (``a * reward + b`` is forecast as ``a * forecast + b``).
+NOISE_GUARD_RELATIVE = 1e-9
+NOISE_GUARD_ABSOLUTE = 1e-12
+
+
 def noise_scale(rewards: np.ndarray) -> float:
     """Robust per-step noise of a reward series (MAD of first differences / sqrt 2).
 
     Discrete rewards can give a zero MAD, so a quarter of the plain standard
-    deviation is used as a floor, and a tiny absolute floor after that.
+    deviation is used as a floor; only rewards that never varied fall through to
+    the numerical guard (:data:`NOISE_GUARD_RELATIVE`). Until session 14 the last floor was
+    ``1e-3 * max(1, |mean reward|)``, an absolute size that made a forecast of
+    rewards logged in units of 1e-4, or offset by 1,000, ten to forty times too wide.
     """
     y = np.asarray(rewards, dtype=float)
     if y.size < 3:
@@ -76,7 +86,7 @@ def noise_scale(rewards: np.ndarray) -> float:
     diffs = np.diff(y)
     mad = 1.4826 * float(np.median(np.abs(diffs - np.median(diffs)))) / np.sqrt(2.0)
     floor = 0.25 * float(np.std(y))
-    return max(mad, floor, 1e-3 * max(1.0, float(np.abs(y).mean())))
+    return max(mad, floor, NOISE_GUARD_RELATIVE * float(np.abs(y).max()), NOISE_GUARD_ABSOLUTE)
 
 
 def early_level(values: np.ndarray) -> float:

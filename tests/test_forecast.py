@@ -15,6 +15,8 @@ import h5netcdf
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from scipy.special import logsumexp
 from scipy.stats import multivariate_t
 
@@ -289,3 +291,34 @@ def test_model_files_without_drift_df_keep_normal_paths(tmp_path, model) -> None
     assert bg.load_model(path).model_config.drift_df is None
     with pytest.raises(bg.ModelError, match="drift_df"):
         ModelConfig(drift_df=0)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    log10_units=st.floats(min_value=-5.0, max_value=4.0),
+    offset=st.floats(min_value=-1e3, max_value=1e3),
+    seed=st.integers(min_value=0, max_value=2**16),
+)
+def test_forecasts_follow_a_change_of_reward_units_and_offset(model, log10_units, offset, seed) -> None:
+    """``a * reward + b`` is forecast as ``a * forecast + b`` (and decided alike) whatever the units:
+    no absolute floor may set the scale of a run without a declared range."""
+    rng = np.random.default_rng(seed)
+    rewards = 0.2 + 0.6 / (1 + np.exp(-(np.arange(60) - 40) / 6)) + rng.normal(0, 0.05, 60)
+    units = 10.0**log10_units
+
+    def quantiles(values: np.ndarray) -> tuple[np.ndarray, float]:
+        run = _log(values, total=200, reward_range=None)
+        fc = _quiet_forecast(model, run, total_steps=200)
+        return fc.final.quantile(np.array([0.05, 0.5, 0.95])), model.stop_decision(run, total_steps=200).probability
+
+    base, p_base = quantiles(rewards)
+    scaled, p_scaled = quantiles(units * rewards + offset)
+    np.testing.assert_allclose((scaled - offset) / units, base, atol=1e-4 * np.ptp(rewards) + 1e-9 * abs(offset) / units)
+    assert p_scaled == pytest.approx(p_base, abs=0.01)
+
+
+def test_equal_rewards_without_a_declared_range_warn_that_there_is_no_scale(model) -> None:
+    run = _log(np.full(20, 0.25), total=200, reward_range=None)
+    with pytest.warns(UserWarning, match="all equal"):
+        fc = model.forecast(run, total_steps=200)
+    assert fc.final.quantile(0.95) == pytest.approx(0.25, abs=1e-6)
