@@ -77,8 +77,8 @@ def noise_scale(rewards: np.ndarray) -> float:
     Discrete rewards can give a zero MAD, so a quarter of the plain standard
     deviation is used as a floor; only rewards that never varied fall through to
     the numerical guard (:data:`NOISE_GUARD_RELATIVE`). Until session 14 the last floor was
-    ``1e-3 * max(1, |mean reward|)``, an absolute size that made a forecast of
-    rewards logged in units of 1e-4, or offset by 1,000, ten to forty times too wide.
+    ``1e-3 * max(1, |mean reward|)``, an absolute size: a log in units of 1e-4 got
+    a 90% interval 40 times too wide, one offset by 1,000 four times.
     """
     y = np.asarray(rewards, dtype=float)
     if y.size < 3:
