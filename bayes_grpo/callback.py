@@ -23,7 +23,9 @@ names the ``checkpoint-N`` folder that holds the best step (or the nearest one
 saved before it), and the stop message says which to keep.
 
 Problems never break training: a missing reward key or non-numeric rewards get
-one warning, and a failing check one warning, after which training goes on.
+one warning, and a failing check one warning, after which training goes on. A
+forecast's own warnings (rewards that have all been equal, unreliable importance
+weights) are reported once per kind, not at every check.
 
 Reporting callbacks (W&B, TensorBoard) run before callbacks passed by the user,
 so to have the ``plateau/*`` keys reach them on the same step, attach the
@@ -284,7 +286,13 @@ class PlateauStoppingCallback(TrainerCallback):
                 reward_range=self.reward_range,
                 run_id="live",
             )
-        fc = self.model.forecast(run, n_draws=self.n_draws, seed=state.global_step)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fc = self.model.forecast(run, n_draws=self.n_draws, seed=state.global_step)
+        for warning in caught:  # e.g. equal rewards, poor importance weights: once per kind, not once per check
+            if issubclass(warning.category, UserWarning):
+                kind = "forecast: " + re.sub(r"[\d.]+", "#", str(warning.message))
+                self._warn_once(kind, f"at step {state.global_step}: {warning.message} (reported once)")
         return decision_from_forecast(fc, threshold=self.threshold, tolerance=self.tolerance), fc
 
     def _name_checkpoint(self, args: TrainingArguments, state: TrainerState, saving_now: bool) -> None:

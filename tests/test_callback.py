@@ -163,7 +163,7 @@ def test_non_numeric_rewards_warn_once(tmp_path: Path, bad: object) -> None:
         warnings.simplefilter("always")
         for step in range(1, 11):
             state.global_step = step
-            logs = {"reward": bad if step % 2 else 0.5, "loss": 0.1}
+            logs = {"reward": bad if step % 2 else 0.5 + 0.01 * step, "loss": 0.1}
             state.log_history.append({**logs, "step": step})
             callback.on_log(args, state, TrainerControl(), logs=logs)
     messages = [str(w.message) for w in caught]
@@ -206,3 +206,20 @@ def test_threshold_is_accepted_exactly_inside_the_unit_interval(value: object) -
     else:
         with pytest.raises(BayesGrpoError):
             PlateauStoppingCallback(threshold=value)
+
+
+def test_a_forecast_warning_is_reported_once_not_at_every_check(tmp_path: Path) -> None:
+    """Equal rewards give the forecast no scale: the callback says so once, however many checks run."""
+    callback = PlateauStoppingCallback(bg.default_model(), check_every=1, min_fraction=0.0, verbose=False)
+    state = TrainerState(global_step=0, max_steps=40)
+    args = _config(tmp_path, 40)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(1, 16):
+            state.global_step = step
+            logs = {"reward": 0.0, "loss": 0.1}
+            state.log_history.append({**logs, "step": step})
+            callback.on_log(args, state, TrainerControl(), logs=logs)
+    messages = [str(w.message) for w in caught if "PlateauStoppingCallback" in str(w.message)]
+    assert len(messages) == 1 and "all equal" in messages[0] and "reported once" in messages[0]
+    assert len(callback.decisions) > 5  # the checks went on
