@@ -154,19 +154,24 @@ def test_a_missing_reward_key_warns_once_and_training_goes_on(tmp_path: Path) ->
     assert len(messages) == 1 and "no 'accuracy' in the trainer's logs" in messages[0] and "reward" in messages[0]
 
 
-@pytest.mark.parametrize("bad", [None, "0.7", float("nan"), True])
-def test_non_numeric_rewards_warn_once(tmp_path: Path, bad: object) -> None:
+def _log_rewards(tmp_path: Path, rewards: list[object], max_steps: int) -> tuple[PlateauStoppingCallback, list[str]]:
+    """Feed a callback that checks at every step one logged reward per step (no trainer); return it and every warning raised."""
     callback = PlateauStoppingCallback(bg.default_model(), check_every=1, min_fraction=0.0, verbose=False)
-    state = TrainerState(global_step=0, max_steps=20)
-    args = _config(tmp_path, 20)
+    state = TrainerState(global_step=0, max_steps=max_steps)
+    args = _config(tmp_path, max_steps)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for step in range(1, 11):
+        for step, reward in enumerate(rewards, start=1):
             state.global_step = step
-            logs = {"reward": bad if step % 2 else 0.5 + 0.01 * step, "loss": 0.1}
+            logs = {"reward": reward, "loss": 0.1}
             state.log_history.append({**logs, "step": step})
             callback.on_log(args, state, TrainerControl(), logs=logs)
-    messages = [str(w.message) for w in caught]
+    return callback, [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize("bad", [None, "0.7", float("nan"), True])
+def test_non_numeric_rewards_warn_once(tmp_path: Path, bad: object) -> None:
+    callback, messages = _log_rewards(tmp_path, [bad if step % 2 else 0.5 + 0.01 * step for step in range(1, 11)], max_steps=20)
     assert len(messages) == 1 and "is not a number" in messages[0] and "skipped" in messages[0]
     assert callback.decisions  # the numeric steps are still used
 
@@ -210,16 +215,7 @@ def test_threshold_is_accepted_exactly_inside_the_unit_interval(value: object) -
 
 def test_a_forecast_warning_is_reported_once_not_at_every_check(tmp_path: Path) -> None:
     """Equal rewards give the forecast no scale: the callback says so once, however many checks run."""
-    callback = PlateauStoppingCallback(bg.default_model(), check_every=1, min_fraction=0.0, verbose=False)
-    state = TrainerState(global_step=0, max_steps=40)
-    args = _config(tmp_path, 40)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for step in range(1, 16):
-            state.global_step = step
-            logs = {"reward": 0.0, "loss": 0.1}
-            state.log_history.append({**logs, "step": step})
-            callback.on_log(args, state, TrainerControl(), logs=logs)
-    messages = [str(w.message) for w in caught if "PlateauStoppingCallback" in str(w.message)]
+    callback, messages = _log_rewards(tmp_path, [0.0] * 15, max_steps=40)
+    messages = [m for m in messages if "PlateauStoppingCallback" in m]
     assert len(messages) == 1 and "all equal" in messages[0] and "reported once" in messages[0]
     assert len(callback.decisions) > 5  # the checks went on
