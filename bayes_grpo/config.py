@@ -266,10 +266,14 @@ class SamplerConfig:
         ``"nutpie"``, ``"numpyro"`` or ``"pymc"``; None picks the first installed in that order.
     seed : int
         Random seed of the sampler (0).
-    target_accept : float
-        NUTS target acceptance of the ``"pymc"`` and ``"numpyro"`` samplers (0.9). nutpie is not
-        given it and samples at PyMC's default, 0.8 (0.7 was measured worse on the 201 runs:
-        r_hat 1.07; ``benchmarks/results/fit_scaling.notes.md``).
+    target_accept : float or None
+        NUTS target acceptance, passed to every sampler. None (the default) picks it by the fit:
+        0.95 for per-run parameters sampled as offsets (``parameterisation="non_centred"``, which
+        ``"auto"`` gives fits of fewer than 100 runs: on 12 bundled runs 0.8 left 12 and 41
+        divergences at two seeds, 0.95 one and none, in 25% more time; session 14 in
+        ``benchmarks/results/fit_scaling.notes.md``); otherwise 0.8 with nutpie (measured on the
+        201 runs; 0.7 was worse, r_hat 1.07) and 0.9 with ``"pymc"`` and ``"numpyro"``. A fitted
+        model stores the value used.
     progressbar : bool
         Show the sampler's progress bar (True).
 
@@ -284,13 +288,15 @@ class SamplerConfig:
     chains: int = 2
     sampler: str | None = None
     seed: int = 0
-    target_accept: float = 0.9
+    target_accept: float | None = None
     progressbar: bool = True
 
     def __post_init__(self) -> None:
         for name in ("draws", "tune", "chains"):
             if int(getattr(self, name)) <= 0:
                 raise ModelError(f"sampler_config.{name} must be positive, got {getattr(self, name)}")
+        if self.target_accept is not None and not 0.0 < float(self.target_accept) < 1.0:
+            raise ModelError(f"sampler_config.target_accept must be between 0 and 1 (exclusive), got {self.target_accept}")
         if self.sampler not in (None, "nutpie", "numpyro", "pymc"):
             raise ModelError(f"sampler_config.sampler must be 'nutpie', 'numpyro' or 'pymc', got {self.sampler!r}")
 

@@ -504,6 +504,7 @@ def fit(
     mconfig = resolve_parameterisation(mconfig, len(runs))
     sconfig = merge(merge(SamplerConfig(), sampler_config), shortcuts_sampler or None)
     sconfig = merge(sconfig, {"sampler": _pick_sampler(sconfig.sampler)})
+    sconfig = merge(sconfig, {"target_accept": target_accept(sconfig, mconfig)})
     prepared = [prepare_run(run, require_total=False) for run in runs]
     if not prepared:
         raise ModelError("fit needs at least one run")
@@ -517,7 +518,7 @@ def fit(
         if sconfig.sampler == "pymc":
             options.update(cores=min(sconfig.chains, os.cpu_count() or 1), target_accept=sconfig.target_accept)
         elif sconfig.sampler == "nutpie":
-            options.update(nuts_sampler="nutpie", nuts_sampler_kwargs={"backend": "numba"})
+            options.update(nuts_sampler="nutpie", target_accept=sconfig.target_accept, nuts_sampler_kwargs={"backend": "numba"})
         else:  # numpyro: one JAX device runs chains one after another unless they are vectorised
             import jax
 
@@ -564,6 +565,26 @@ def _provenance(runs: list[RunLog], prepared: list[PreparedRun]) -> dict[str, An
         key = str(Path(source).parent) if os.sep in source else source
         sources[key] = sources.get(key, 0) + 1
     return {"runs": [p.run_id for p in prepared], "n_runs": len(prepared), "sources": sources, "model_version": MODEL_VERSION}
+
+
+#: NUTS target acceptance of fits whose per-run parameters are all offsets (small fits; see :func:`target_accept`).
+NON_CENTRED_TARGET_ACCEPT = 0.95
+
+
+def target_accept(sconfig: SamplerConfig, mconfig: ModelConfig) -> float:
+    """The NUTS target acceptance a fit uses: the one given, else one picked by the fit's geometry.
+
+    Per-run parameters sampled as offsets (``"non_centred"``, what ``"auto"`` gives fits of fewer
+    than 100 runs) leave a posterior whose curvature changes across the population spreads; at
+    PyMC's default 0.8, fits of 12 bundled runs diverged 12 and 41 times (seeds 0, 1), at 0.95
+    once and never, in 25% more time. Larger fits keep nutpie at 0.8 (the shipped fit's setting)
+    and the other samplers at 0.9.
+    """
+    if sconfig.target_accept is not None:
+        return float(sconfig.target_accept)
+    if mconfig.parameterisation == "non_centred":
+        return NON_CENTRED_TARGET_ACCEPT
+    return 0.8 if sconfig.sampler == "nutpie" else 0.9
 
 
 def _pick_sampler(requested: str | None) -> str:

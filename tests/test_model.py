@@ -16,8 +16,8 @@ import bayes_grpo as bg
 from bayes_grpo.config import ModelConfig, SamplerConfig, merge
 from bayes_grpo.curves import fit_paper_law, reward_curve
 from bayes_grpo.errors import ModelError
-from bayes_grpo.model import DEFAULT_MODEL_PATH, FORMAT_ATTR, FORMAT_VERSION
-from bayes_grpo.population import MODEL_VERSION, OFFSETS, SHEARED_GAIN, build_model
+from bayes_grpo.model import DEFAULT_MODEL_PATH, FORMAT_ATTR, FORMAT_VERSION, NON_CENTRED_TARGET_ACCEPT, target_accept
+from bayes_grpo.population import MIXED_MIN_RUNS, MODEL_VERSION, OFFSETS, SHEARED_GAIN, build_model, resolve_parameterisation
 from bayes_grpo.prepare import prepare_run
 from bayes_grpo.settings import shared_runs_dir
 
@@ -78,6 +78,8 @@ def test_fit_recovers_known_parameters(simulated_fit):
 def test_save_load_round_trip(simulated_fit, tmp_path):
     model, runs, _ = simulated_fit
     assert model.model_config.form == "weibull" and model.sampler_config.draws == 200 and model.sampler_config.tune == 500
+    # 8 runs sample their per-run parameters as offsets, at the higher target acceptance; the file says so.
+    assert model.model_config.parameterisation == "non_centred" and model.sampler_config.target_accept == NON_CENTRED_TARGET_ACCEPT
     assert model.fitted_on["runs"] == [r.run_id for r in runs] and model.fitted_on["n_runs"] == len(runs)
     path = model.save(tmp_path / "m.nc")
     assert list(tmp_path.iterdir()) == [path], "save writes exactly one file"
@@ -164,8 +166,23 @@ def test_configs_take_overrides_and_refuse_unknown_settings():
         merge(ModelConfig(), {"max_bin": 3})
     with pytest.raises(ModelError, match="sampler_config.sampler"):
         SamplerConfig(sampler="hmc")
+    for bad in (0.0, 1.0, 1.5):
+        with pytest.raises(ModelError, match="target_accept must be between 0 and 1"):
+            SamplerConfig(target_accept=bad)
     with pytest.raises(ModelError, match="unknown sampler_config setting"):
         bg.fit([simulated_run("x", "qwen", 0.3, seed=0)], sampler_config={"draw": 10})
+
+
+def test_target_acceptance_is_the_one_given_else_picked_by_the_fit():
+    """None picks by the geometry: offsets (small fits) 0.95; otherwise nutpie 0.8, the others 0.9."""
+    offsets, mixed = ModelConfig(parameterisation="non_centred"), ModelConfig(parameterisation="mixed")
+    assert target_accept(SamplerConfig(sampler="nutpie"), offsets) == NON_CENTRED_TARGET_ACCEPT == 0.95
+    assert target_accept(SamplerConfig(sampler="nutpie"), mixed) == 0.8
+    assert target_accept(SamplerConfig(sampler="pymc"), mixed) == target_accept(SamplerConfig(sampler="numpyro"), mixed) == 0.9
+    assert target_accept(SamplerConfig(sampler="nutpie", target_accept=0.85), offsets) == 0.85
+    # "auto" is resolved by run count before the pick: fewer than MIXED_MIN_RUNS runs are offsets.
+    assert target_accept(SamplerConfig(sampler="nutpie"), resolve_parameterisation(ModelConfig(), MIXED_MIN_RUNS - 1)) == 0.95
+    assert target_accept(SamplerConfig(sampler="nutpie"), resolve_parameterisation(ModelConfig(), MIXED_MIN_RUNS)) == 0.8
 
 
 def test_sampler_defaults_follow_quick_mode(monkeypatch):
