@@ -513,17 +513,18 @@ def fit(
     started = time.perf_counter()
     with model:
         options: dict[str, Any] = dict(
-            draws=sconfig.draws, tune=sconfig.tune, chains=sconfig.chains, random_seed=sconfig.seed, progressbar=sconfig.progressbar
-        )
+            draws=sconfig.draws, tune=sconfig.tune, chains=sconfig.chains, random_seed=sconfig.seed,
+            progressbar=sconfig.progressbar, target_accept=sconfig.target_accept,
+        )  # fmt: skip
         if sconfig.sampler == "pymc":
-            options.update(cores=min(sconfig.chains, os.cpu_count() or 1), target_accept=sconfig.target_accept)
+            options.update(cores=min(sconfig.chains, os.cpu_count() or 1))
         elif sconfig.sampler == "nutpie":
-            options.update(nuts_sampler="nutpie", target_accept=sconfig.target_accept, nuts_sampler_kwargs={"backend": "numba"})
+            options.update(nuts_sampler="nutpie", nuts_sampler_kwargs={"backend": "numba"})
         else:  # numpyro: one JAX device runs chains one after another unless they are vectorised
             import jax
 
             chain_method = "parallel" if jax.local_device_count() >= sconfig.chains else "vectorized"
-            options.update(nuts_sampler="numpyro", target_accept=sconfig.target_accept, nuts_sampler_kwargs={"chain_method": chain_method})
+            options.update(nuts_sampler="numpyro", nuts_sampler_kwargs={"chain_method": chain_method})
         idata = pm.sample(**options)
         seconds = time.perf_counter() - started
         # The data-based starts (population.gain_variable) matter only to the sampler, and
