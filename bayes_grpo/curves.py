@@ -248,7 +248,7 @@ class PaperLawFit:
     def predict(self, t: np.ndarray) -> np.ndarray:
         """Reward predicted at normalised progress ``t``."""
         t = np.asarray(t, dtype=float)
-        return self.c + self.gamma / (1.0 + np.exp(-self.delta * (t - self.t0)))
+        return self.c + self.gamma * expit(self.delta * (t - self.t0))
 
     @property
     def slow_start_end(self) -> float:
@@ -276,7 +276,7 @@ def fit_paper_law(t: np.ndarray, reward: np.ndarray) -> PaperLawFit:
 
     def residuals(theta: np.ndarray) -> np.ndarray:
         c, gamma, log_delta, t0 = theta
-        return c + gamma / (1.0 + np.exp(-np.exp(log_delta) * (t - t0))) - y
+        return c + gamma * expit(np.exp(log_delta) * (t - t0)) - y
 
     best = None
     for t0_start in (0.25 * t_span, 0.5 * t_span, t_span, 2.0 * t_span):

@@ -265,6 +265,16 @@ def test_paper_law_point_fit_recovers_a_sigmoid():
     assert law.slow_start_end < law.t0 < law.plateau_start
 
 
+def test_paper_law_point_fit_of_a_falling_head_raises_no_overflow_warning():
+    # A falling head drives the fit to a steep sigmoid far from the data, where exp(-delta (t - t0)) overflowed.
+    t = np.linspace(0.002, 0.2, 100)
+    y = 0.8 - 2.5 * t + np.random.default_rng(0).normal(0, 0.02, t.size)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        law = fit_paper_law(t, y)
+    assert np.sqrt(np.mean((law.predict(t) - y) ** 2)) < 0.05
+
+
 @pytest.mark.parametrize(
     "parameterisation, sampled",
     [
