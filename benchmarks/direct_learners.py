@@ -24,7 +24,9 @@ the first fifth), the projected gain (least-squares slope over the last 40% of t
 times the steps left; clipped to +-10), the fall below the head's smoothed best, all in
 head units. Each learner is trained on all training runs (bundled and real) and on the
 real ones only. The package's own rows are read from ``calibration.csv`` and
-``backtest_stopping.csv`` (same folds, same runs).
+``backtest_stopping.csv``: the same folds and runs when this script runs with its
+default options (``--no-bundled``, ``--max-runs``, ``--folds`` or ``--seed`` change the
+learners' folds, not those rows).
 
     python benchmarks/direct_learners.py          # ~4 minutes on 2 cores; writes benchmarks/results/direct_learners.md
 """
@@ -38,6 +40,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 from scipy.optimize import linprog, minimize
+from scipy.special import expit
 
 from bayes_grpo import calibration, measures
 from bayes_grpo.backtest import ORACLE_REGRET, check_indices, score
@@ -92,7 +95,7 @@ def logistic_regression(X: np.ndarray, y: np.ndarray, ridge: float = RIDGE) -> n
 
     def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
         z = X @ w
-        p = 0.5 * (1 + np.tanh(z / 2))
+        p = expit(z)
         penalty = np.r_[0.0, w[1:]]
         return float(np.sum(np.logaddexp(0, z) - y * z) + ridge * penalty @ penalty), X.T @ (p - y) + 2 * ridge * penalty
 
@@ -176,7 +179,7 @@ def stop_scores(splits: list, checks_all: pd.DataFrame, sources: dict[str, str],
         w = logistic_regression(_design(table, STOP_FEATURES, mean, sd), table["bad"].to_numpy(float))
         for run in test:
             checks = checks_all[checks_all["run_id"] == run.run_id]
-            p_bad = 1 / (1 + np.exp(-_design(checks, STOP_FEATURES, mean, sd) @ w))
+            p_bad = expit(_design(checks, STOP_FEATURES, mean, sd) @ w)
             for threshold in STOP_THRESHOLDS:
                 stop = np.flatnonzero((p_bad < threshold) & (checks["fraction"].to_numpy() >= MIN_STOP_FRACTION))
                 outcome = score(run, int(checks["index"].iloc[stop[0]]) if stop.size else None)
