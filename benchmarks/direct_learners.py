@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -131,27 +131,28 @@ def _training(table: pd.DataFrame, train: Sequence[RunLog], sources: dict[str, s
     return table[table["run_id"].isin(ids)]
 
 
+def _quantile_predictor(coefficients: Sequence[np.ndarray], names: Sequence[str]) -> Callable[[RunLog, int, np.ndarray], tuple]:
+    """A ``score_cut`` predictor: persistence plus the regressions' quantiles of the change, in head units."""
+
+    def predict(head: RunLog, total: int, window: np.ndarray) -> tuple:
+        feats = head_features(head.steps.astype(float), head.rewards, total)
+        x = _design(pd.DataFrame([feats]), names)[0]
+        values = measures.persistence(head.rewards) + np.sort([x @ w for w in coefficients]) * feats["unit"]
+        return float(values[2]), dict(zip(FORECAST_QUANTILES, values)), np.nan
+
+    return predict
+
+
 def forecast_scores(splits: list, cuts: pd.DataFrame, sources: dict[str, str], real_only: bool) -> pd.DataFrame:
     """Held-out scores of each quantile-regression feature set (one row per run, fraction and set)."""
     scores = []
     for _, train, test in splits:
         table = _training(cuts, train, sources, real_only)
         for name, names in FORECAST_FEATURES.items():
-            coefficients = {
-                fraction: [quantile_regression(_design(part, names), part["change"].to_numpy(), q) for q in FORECAST_QUANTILES]
-                for fraction, part in table.groupby("fraction")
-            }
-
-            def predict(head: RunLog, total: int, window: np.ndarray, names: tuple[str, ...] = names) -> tuple:
-                fraction = min(EVALUATION_FRACTIONS, key=lambda f: abs(f * total - head.last_step))
-                feats = head_features(head.steps.astype(float), head.rewards, total)
-                x = _design(pd.DataFrame([feats]), names)[0]
-                changes = np.sort([x @ w for w in coefficients[fraction]])
-                values = measures.persistence(head.rewards) + changes * feats["unit"]
-                return float(values[2]), dict(zip(FORECAST_QUANTILES, values)), np.nan
-
-            for run in test:
-                for fraction in EVALUATION_FRACTIONS:
+            for fraction, part in table.groupby("fraction"):
+                coefficients = [quantile_regression(_design(part, names), part["change"].to_numpy(), q) for q in FORECAST_QUANTILES]
+                predict = _quantile_predictor(coefficients, names)
+                for run in test:
                     row = calibration.score_cut(run, fraction, predict)
                     if row is not None:
                         scores.append({**row, "method": name})
