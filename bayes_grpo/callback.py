@@ -171,6 +171,7 @@ class PlateauStoppingCallback(TrainerCallback):
         self._last_check: int | None = None
         self._seen_key = False
         self._warned: set[str] = set()
+        self._passed_warnings: dict = {}  # warnings.warn_explicit's registry: others' warnings shown once per place
 
     def attach(self, trainer: Any) -> PlateauStoppingCallback:
         """Insert this callback first in ``trainer``'s callbacks, so reporters see the ``plateau/*`` keys."""
@@ -293,6 +294,8 @@ class PlateauStoppingCallback(TrainerCallback):
             if issubclass(warning.category, UserWarning):
                 kind = "forecast: " + re.sub(r"[\d.]+", "#", str(warning.message))
                 self._warn_once(kind, f"at step {state.global_step}: {warning.message} (reported once)")
+            else:  # numerical RuntimeWarnings, deprecations: shown as they would be without the callback
+                warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno, registry=self._passed_warnings)
         return decision_from_forecast(fc, threshold=self.threshold, tolerance=self.tolerance), fc
 
     def _name_checkpoint(self, args: TrainingArguments, state: TrainerState, saving_now: bool) -> None:

@@ -154,9 +154,11 @@ def test_a_missing_reward_key_warns_once_and_training_goes_on(tmp_path: Path) ->
     assert len(messages) == 1 and "no 'accuracy' in the trainer's logs" in messages[0] and "reward" in messages[0]
 
 
-def _log_rewards(tmp_path: Path, rewards: list[object], max_steps: int) -> tuple[PlateauStoppingCallback, list[str]]:
+def _log_rewards(
+    tmp_path: Path, rewards: list[object], max_steps: int, callback: PlateauStoppingCallback | None = None
+) -> tuple[PlateauStoppingCallback, list[str]]:
     """Feed a callback that checks at every step one logged reward per step (no trainer); return it and every warning raised."""
-    callback = PlateauStoppingCallback(bg.default_model(), check_every=1, min_fraction=0.0, verbose=False)
+    callback = callback or PlateauStoppingCallback(bg.default_model(), check_every=1, min_fraction=0.0, verbose=False)
     state = TrainerState(global_step=0, max_steps=max_steps)
     args = _config(tmp_path, max_steps)
     with warnings.catch_warnings(record=True) as caught:
@@ -219,3 +221,19 @@ def test_a_forecast_warning_is_reported_once_not_at_every_check(tmp_path: Path) 
     messages = [m for m in messages if "PlateauStoppingCallback" in m]
     assert len(messages) == 1 and "all equal" in messages[0] and "reported once" in messages[0]
     assert len(callback.decisions) > 5  # the checks went on
+
+
+def test_other_warnings_of_a_forecast_pass_through(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the forecast's own UserWarnings are folded into one report; a RuntimeWarning is shown as without the callback."""
+    model = bg.default_model()
+    forecast = model.forecast
+
+    def forecast_with_a_numerical_warning(*args: object, **kwargs: object) -> object:
+        warnings.warn("overflow in a reward function", RuntimeWarning, stacklevel=1)
+        return forecast(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forecast", forecast_with_a_numerical_warning)
+    callback = PlateauStoppingCallback(model, check_every=1, min_fraction=0.0, verbose=False)
+    _, messages = _log_rewards(tmp_path, [0.5 + 0.01 * step for step in range(1, 12)], max_steps=30, callback=callback)
+    assert len(callback.decisions) >= 5
+    assert messages.count("overflow in a reward function") == len(callback.decisions)  # one per forecast: the test shows all
