@@ -87,7 +87,17 @@ def _cli_wording(message: str, args: argparse.Namespace) -> str:
             return f"{_FLAGS[name]} {value}" if value else _FLAGS[name]
         return _FLAGS[name] if assigned and not value else match.group(0)
 
-    return re.sub(rf"\b({'|'.join(_FLAGS)})\b(=(\S*))?", reword, message)
+    return re.sub(rf"\b({'|'.join(_FLAGS)})\b(=(\S*))?", reword, _encoding_wording(message))
+
+
+def _encoding_wording(message: str) -> str:
+    """Reword the log reader's advice on text encodings for the command line.
+
+    ``pass encoding='cp1252' (read_log/load_runs)`` -> ``pass --encoding cp1252``, and
+    ``check the encoding= argument`` -> ``check --encoding``.
+    """
+    message = re.sub(r"""\bencoding=(['"])([^'"]+)\1(?: \(read_log/load_runs\))?""", r"--encoding \2", message)
+    return message.replace("the encoding= argument", "--encoding")
 
 
 @contextlib.contextmanager
@@ -166,8 +176,14 @@ def _finite_float(text: str) -> float:
     return _number(text, float)
 
 
+def _add_encoding_arg(parser: argparse.ArgumentParser) -> None:
+    """``--encoding``: the text encoding of the logs (every command that reads logs)."""
+    parser.add_argument("--encoding", metavar="NAME", help="text encoding of the log files, e.g. latin-1, cp1252 or utf-16 (default: UTF-8)")
+
+
 def _add_run_metadata_args(parser: argparse.ArgumentParser) -> None:
-    """Options that override metadata found in a log (shared by commands that read logs)."""
+    """Options that override metadata found in a log, and its encoding (shared by commands that read one log)."""
+    _add_encoding_arg(parser)
     parser.add_argument("--family", help="model family, e.g. qwen, llama, gemma, phi (unknown: the population level)")
     parser.add_argument("--params-b", type=_positive_float, help="model size in billions of parameters, e.g. 1.5")
     parser.add_argument("--total-steps", type=_positive_int, help="planned number of training steps (the trainer's max_steps)")
@@ -191,7 +207,10 @@ def _read_run(args: argparse.Namespace) -> RunLog:
     """The run named by ``args.log``, with the metadata flags applied and ``--at`` checked against it."""
     from bayes_grpo.logs import read_log
 
-    run = read_log(args.log, family=args.family, params_b=args.params_b, total_steps=args.total_steps, reward_range=_reward_range(args))
+    run = read_log(
+        args.log, family=args.family, params_b=args.params_b, total_steps=args.total_steps,
+        reward_range=_reward_range(args), encoding=args.encoding,
+    )  # fmt: skip
     at = getattr(args, "at", None)
     if at is not None:
         first, last = int(run.steps[0]), run.last_step
@@ -261,7 +280,7 @@ def _run_inspect(args: argparse.Namespace) -> int:
                 warnings.simplefilter("always")
                 run = read_log(
                     source, family=args.family, params_b=args.params_b, total_steps=args.total_steps,
-                    reward_range=_reward_range(args),
+                    reward_range=_reward_range(args), encoding=args.encoding,
                 )  # fmt: skip
         except (BayesGrpoError, OSError) as exc:
             _error(_cli_wording(str(exc), args))
@@ -329,11 +348,11 @@ def _add_sampler_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=_non_negative_int, default=0, help="random seed of the sampler and the forecasts: one seed, one result (default 0)")
 
 
-def _load_runs(paths: Sequence[str] | None) -> RunSet:
-    """Runs from files/folders, or the bundled runs when no path is given."""
+def _load_runs(paths: Sequence[str] | None, encoding: str | None = None) -> RunSet:
+    """Runs from files/folders (read as ``encoding``, default UTF-8), or the bundled runs when no path is given."""
     from bayes_grpo.logs import RunSet, load_runs
 
-    return RunSet(run for path in paths for run in load_runs(path)) if paths else load_runs()
+    return RunSet(run for path in paths for run in load_runs(path, encoding=encoding)) if paths else load_runs()
 
 
 def _fit(runs: RunSet, args: argparse.Namespace) -> FittedModel:
@@ -369,11 +388,12 @@ def _add_fit_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("logs", nargs="*", metavar="LOG", help="log files or folders of logs (default: the runs bundled with the package)")
     parser.add_argument("--out", required=True, metavar="FILE", help="model file to write, e.g. my_model.nc")
+    _add_encoding_arg(parser)
     _add_sampler_args(parser)
 
 
 def _run_fit(args: argparse.Namespace) -> int:
-    model = _fit(_load_runs(args.logs), args)
+    model = _fit(_load_runs(args.logs, args.encoding), args)
     print(f"saved the fitted model to {model.save(args.out)}")
     return EXIT_OK
 
@@ -430,7 +450,7 @@ def _save_fan_chart(fc: Forecast, args: argparse.Namespace) -> Path:
     path = Path(args.plot)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure = Figure(figsize=(7, 4), layout="constrained")
-    truth = read_log(args.log) if args.at is not None else None
+    truth = read_log(args.log, encoding=args.encoding) if args.at is not None else None
     fc.plot(ax=figure.add_subplot(), truth=truth)
     figure.savefig(path, dpi=120)
     return path
@@ -486,6 +506,7 @@ def _add_report_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--model", metavar="FILE", help="a model file saved by 'bayes-grpo fit' (default: the shipped model)")
     parser.add_argument("--runs", nargs="+", metavar="PATH", help="logs or folders of logs to show (default: the bundled runs)")
+    _add_encoding_arg(parser)
     parser.add_argument("--out", required=True, metavar="FILE", help="HTML file to write, e.g. report.html")
     parser.add_argument("--quick", action="store_true", help="skip the LOO comparison of curve forms")
     parser.add_argument("--compare", action="store_true", help="fit the other curve forms and compare all by LOO (slow: two more fits)")
@@ -553,7 +574,7 @@ def _run_report(args: argparse.Namespace) -> int:
     from bayes_grpo.report import write_report
 
     results = read_results(args.results) if args.results else None
-    model, runs = _load_model(args.model), _load_runs(args.runs)
+    model, runs = _load_model(args.model), _load_runs(args.runs, args.encoding)
     comparison = compare_forms(runs, progressbar=False)[0] if args.compare else None
     path = write_report(model, runs, args.out, quick=args.quick, comparison=comparison, n_shown=args.shown, results=results)
     print(f"wrote {path}")
@@ -570,6 +591,7 @@ def _add_demo_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--out", default="bayes_grpo_demo", metavar="DIR", help="output folder (default: bayes_grpo_demo)")
     parser.add_argument("--runs", nargs="+", metavar="PATH", help="logs or folders of logs instead of the bundled runs")
+    _add_encoding_arg(parser)
     parser.add_argument("--fraction", type=_probability, default=0.3, help="part of each run's steps to forecast from, between 0 and 1 (default 0.3)")
     parser.add_argument("--shown", type=_positive_int, default=6, help="runs forecast and shown (default 6)")
     parser.add_argument("--compare", action="store_true", help="also fit the other curve forms and compare them by LOO in the report (two more fits)")
@@ -581,7 +603,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     from bayes_grpo.report import pick_runs, write_report
 
     out = Path(args.out)
-    runs = _load_runs(args.runs)
+    runs = _load_runs(args.runs, args.encoding)
     model = _fit(runs, args)
     saved = model.save(out / "model.nc")
     print(_demo_table(model, pick_runs(runs, args.shown), args.fraction, seed=args.seed))

@@ -265,3 +265,21 @@ def test_report_embeds_the_results_folder(tmp_path, quick_model, few_runs, capsy
     page = out.read_text(encoding="utf-8")
     assert "<h3>speed.md</h3>" in page and "<td>0.0473</td>" in page
     assert base64.b64encode(png).decode("ascii") in page
+
+
+def test_an_encoding_error_names_the_encoding_flag(tmp_path, capsys):
+    """A Latin-1 log is one error line that names ``--encoding``; with the flag it reads (inspect, forecast's reader, fit's)."""
+    source = FIXTURES / "latin1_run.csv"
+    assert main(["inspect", str(source)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bayes-grpo: error: ") and err.count("\n") == 1
+    assert "looks like Latin-1/cp1252" in err and "pass --encoding cp1252" in err
+    assert "encoding=" not in err and "read_log" not in err  # a CLI fix, not a Python argument
+    assert main(["inspect", str(source), "--encoding", "cp1252"]) == 0
+    assert "fields missing" in capsys.readouterr().out
+    assert main(["inspect", str(source), "--encoding", "utf-8"]) == 2
+    assert "check --encoding" in capsys.readouterr().err
+    for command in ("forecast", "stop", "fit", "report", "demo"):
+        parser = argparse.ArgumentParser()
+        COMMANDS[command][0](parser.add_subparsers())
+        assert any("--encoding" in action.option_strings for sub in parser._subparsers._group_actions[0].choices.values() for action in sub._actions), command
