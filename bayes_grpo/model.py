@@ -43,6 +43,7 @@ from bayes_grpo.population import MODEL_VERSION, POPULATION_VARS, build_model, r
 from bayes_grpo.prepare import SCALE_KINDS, PreparedRun, prepare_run, size_centres
 from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE
 from bayes_grpo.stopping import RelativeTo, StopDecision, stop_decision, stop_probability
+from bayes_grpo.sweeps import Ranking, rank
 
 #: Version of the model-file layout; :func:`load_model` refuses files of another version.
 FORMAT_VERSION = 1
@@ -186,6 +187,36 @@ class FittedModel:
         >>> model.forecast(run.head(120), total_steps=500).final.interval(0.9)  # doctest: +SKIP
         """
         return forecast(self, run, total_steps=total_steps, **kwargs)
+
+    def rank(self, runs: Iterable[RunLog], total_steps: int | None = None, **kwargs: Any) -> Ranking:
+        """Rank runs of a sweep by their forecast final reward, with the probability that each ends best.
+
+        Parameters
+        ----------
+        runs : iterable of RunLog
+            At least two runs; they may have reached different steps, and some may be finished.
+        total_steps : int, optional
+            Planned length of every run (default: the runs' metadata, which must agree).
+        **kwargs
+            ``family``, ``params_b``, ``beat``, ``components``, ``n_draws``, ``joint_draws``, ``seed``
+            (see :func:`bayes_grpo.sweeps.rank`).
+
+        Returns
+        -------
+        Ranking
+            ``.table`` (one row per run: step, finished, final mean/q05/q50/q95, ``p_best``),
+            ``.p_beats(value)``, ``.plot()``.
+
+        Raises
+        ------
+        ModelError
+            Fewer than two runs, or no one planned length to compare them at.
+
+        Example
+        -------
+        >>> model.rank([r.head(75) for r in sweep], total_steps=250).table  # doctest: +SKIP
+        """
+        return rank(self, runs, total_steps=total_steps, **kwargs)
 
     def stop_probability(
         self,
