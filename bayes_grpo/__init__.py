@@ -27,6 +27,8 @@ _PUBLIC = {
     "default_model": "bayes_grpo.model",
     "Forecast": "bayes_grpo.forecast",
     "StopDecision": "bayes_grpo.stopping",
+    "rank": "bayes_grpo.sweeps",
+    "Ranking": "bayes_grpo.sweeps",
     "PlateauStoppingCallback": "bayes_grpo.callback",
 }
 
