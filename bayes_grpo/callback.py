@@ -15,9 +15,13 @@ other metrics):
   over the last 10% of the steps up to ``max_steps``, :attr:`Forecast.final`);
 * ``forecast/p_take_off_ahead``: the posterior weight of "most of the rise is
   still ahead" (:attr:`Forecast.regimes`);
-* ``forecast/pareto_k``: the forecast's Pareto k-hat (above 0.7 its weights are unreliable).
+* ``forecast/pareto_k``: the forecast's Pareto k-hat (above 0.7 its weights are unreliable);
+* ``forecast/p_beats``: with ``beat=VALUE``, the probability that the final reward ends above
+  ``VALUE`` (e.g. the best final reward of the other runs of a sweep).
 
-It sets ``control.should_training_stop`` when the rule says stop. When the
+It sets ``control.should_training_stop`` when the rule says stop, or, with ``beat=VALUE``,
+once the run is unlikely to end above ``VALUE`` (``forecast/p_beats`` below ``beat_threshold``):
+a sweep's run that cannot beat the best one so far need not finish. When the
 trainer saves checkpoints, :attr:`PlateauStoppingCallback.best_checkpoint`
 names the ``checkpoint-N`` folder that holds the best step (or the nearest one
 saved before it), and the stop message says which to keep.
@@ -60,6 +64,7 @@ BEST_STEP_KEY = "plateau/best_step"
 FINAL_KEYS = {"forecast/final_q05": 0.05, "forecast/final_q50": 0.5, "forecast/final_q95": 0.95}
 TAKE_OFF_KEY = "forecast/p_take_off_ahead"
 PARETO_K_KEY = "forecast/pareto_k"
+BEATS_KEY = "forecast/p_beats"
 MIN_POINTS = 5
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
 
@@ -105,6 +110,11 @@ class PlateauStoppingCallback(TrainerCallback):
         Print the decision when stopping.
     n_draws
         Forecast draws per check (precision against speed); >= 10.
+    beat
+        A final reward to beat (e.g. the best of a sweep's finished runs): also stop once the
+        probability of ending above it falls below ``beat_threshold``. None: the plateau rule alone.
+    beat_threshold
+        See ``beat``; a number strictly between 0 and 1 (default 0.05).
 
     Raises
     ------
@@ -117,6 +127,10 @@ class PlateauStoppingCallback(TrainerCallback):
         Every decision made.
     stopped_at : int or None
         The step where the callback stopped training.
+    stop_reason : {"plateau", "beat"} or None
+        Which rule stopped it: the plateau rule, or ``beat`` (unlikely to end above it).
+    beat_probabilities : list of (int, float)
+        With ``beat``: the step and P(final > beat) of every check.
     best_checkpoint : Path or None
         The saved ``checkpoint-N`` folder holding the latest decision's best step,
         or the nearest one saved before it (None when checkpoints are not saved).
@@ -139,6 +153,8 @@ class PlateauStoppingCallback(TrainerCallback):
         reward_key: str = "reward",
         verbose: bool = True,
         n_draws: int = 500,
+        beat: float | None = None,
+        beat_threshold: float = 0.05,
     ) -> None:
         _require(model is None or callable(getattr(model, "forecast", None)), f"model must be a FittedModel (or None for the shipped one), got {_shown(model)}")
         _require(_is_number(threshold) and 0 < threshold < 1, f"threshold must be a number between 0 and 1 (exclusive), got {_shown(threshold)}")
@@ -154,6 +170,8 @@ class PlateauStoppingCallback(TrainerCallback):
             )
         _require(isinstance(reward_key, str) and reward_key != "", f"reward_key must be the name of a logged metric, got {_shown(reward_key)}")
         _require(isinstance(n_draws, numbers.Integral) and not isinstance(n_draws, bool) and n_draws >= 10, f"n_draws must be a whole number >= 10, got {_shown(n_draws)}")
+        _require(beat is None or _is_number(beat), f"beat must be a number (a final reward to beat), got {_shown(beat)}")
+        _require(_is_number(beat_threshold) and 0 < beat_threshold < 1, f"beat_threshold must be a number between 0 and 1 (exclusive), got {_shown(beat_threshold)}")
         self.model = model
         self.threshold = float(threshold)
         self.tolerance = float(tolerance)
@@ -165,8 +183,12 @@ class PlateauStoppingCallback(TrainerCallback):
         self.reward_key = reward_key
         self.verbose = verbose
         self.n_draws = int(n_draws)
+        self.beat = None if beat is None else float(beat)
+        self.beat_threshold = float(beat_threshold)
         self.decisions: list[StopDecision] = []
         self.stopped_at: int | None = None
+        self.stop_reason: str | None = None
+        self.beat_probabilities: list[tuple[int, float]] = []
         self.best_checkpoint: Path | None = None
         self._last_check: int | None = None
         self._seen_key = False
@@ -195,13 +217,20 @@ class PlateauStoppingCallback(TrainerCallback):
             values: dict[str, float] = {PROBABILITY_KEY: decision.probability, GAIN_KEY: decision.expected_gain, BEST_STEP_KEY: decision.best_step}
             values.update({key: float(fc.final.quantile(q)) for key, q in FINAL_KEYS.items()})
             values.update({TAKE_OFF_KEY: fc.regimes["take_off_ahead"], PARETO_K_KEY: fc.pareto_k})
+            beaten = False
+            if self.beat is not None:
+                p_beats = float((fc.final.samples > self.beat).mean())
+                values[BEATS_KEY] = p_beats
+                self.beat_probabilities.append((state.global_step, p_beats))
+                beaten = p_beats < self.beat_threshold
             logs.update(values)
             if state.log_history and state.log_history[-1].get("step") == state.global_step:
                 state.log_history[-1].update(values)
             self._name_checkpoint(args, state, saving_now=bool(control.should_save))
-            if decision.should_stop and state.global_step < state.max_steps:
+            if (decision.should_stop or beaten) and state.global_step < state.max_steps:
                 control.should_training_stop = True
                 self.stopped_at = state.global_step
+                self.stop_reason = "plateau" if decision.should_stop else "beat"
                 if self.verbose:
                     print(f"[bayes_grpo] {self.stop_message()}")
         except Exception as exc:  # noqa: BLE001 - the callback must never break training
@@ -224,9 +253,16 @@ class PlateauStoppingCallback(TrainerCallback):
         if not self.decisions:
             return ""
         decision = self.decisions[-1]
+        text = decision.explain()
+        if self.stop_reason == "beat":
+            step, p_beats = self.beat_probabilities[-1]
+            text = (
+                f"Stop at step {step} of {decision.total_steps}: the probability of ending above {self.beat:g} is "
+                f"{p_beats:.3f}, below {self.beat_threshold:g}; best step so far {decision.best_step}."
+            )
         if self.best_checkpoint is None:
-            return decision.explain()
-        return f"{decision.explain()} Checkpoint to keep: {self.best_checkpoint} (the one saved at or nearest before step {decision.best_step})."
+            return text
+        return f"{text} Checkpoint to keep: {self.best_checkpoint} (the one saved at or nearest before step {decision.best_step})."
 
     # ---------------------------------------------------------------- internals
 

@@ -18,7 +18,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, TrainerControl, TrainerS
 from trl import GRPOConfig, GRPOTrainer
 
 import bayes_grpo as bg
-from bayes_grpo.callback import BEST_STEP_KEY, FINAL_KEYS, GAIN_KEY, PARETO_K_KEY, PROBABILITY_KEY, TAKE_OFF_KEY, PlateauStoppingCallback
+from bayes_grpo.callback import BEATS_KEY, BEST_STEP_KEY, FINAL_KEYS, GAIN_KEY, PARETO_K_KEY, PROBABILITY_KEY, TAKE_OFF_KEY, PlateauStoppingCallback
 from bayes_grpo.errors import BayesGrpoError
 
 _spec = importlib.util.spec_from_file_location("make_trl_fixture", Path(__file__).parent / "fixtures" / "make_trl_fixture.py")
@@ -237,3 +237,33 @@ def test_other_warnings_of_a_forecast_pass_through(tmp_path: Path, monkeypatch: 
     _, messages = _log_rewards(tmp_path, [0.5 + 0.01 * step for step in range(1, 12)], max_steps=30, callback=callback)
     assert len(callback.decisions) >= 5
     assert messages.count("overflow in a reward function") == len(callback.decisions)  # one per forecast: the test shows all
+
+
+def test_beat_stops_a_run_that_cannot_reach_the_value_and_names_the_checkpoint(tmp_path: Path) -> None:
+    """A run that peaked near 0.6 at step 12 and fell cannot end above 2: with beat=2 it stops at its first check, keeping its best checkpoint."""
+    callback = PlateauStoppingCallback(bg.default_model(), check_every=5, min_fraction=0.5, verbose=False, beat=2.0)
+    trainer = _train(peaked_reward(), callback, tmp_path, max_steps=30, save_strategy="steps", save_steps=5)
+    assert callback.stop_reason == "beat" and callback.stopped_at is not None and trainer.state.global_step < 30
+    logged = [e for e in trainer.state.log_history if BEATS_KEY in e]
+    assert logged and logged[-1][BEATS_KEY] < 0.05 and logged[-1][BEATS_KEY] == callback.beat_probabilities[-1][1]
+    assert callback.best_checkpoint is not None and callback.best_checkpoint.is_dir()
+    message = callback.stop_message()
+    assert "probability of ending above 2" in message and str(callback.best_checkpoint) in message
+
+
+def test_beat_below_the_run_lets_it_train_and_orders_the_probabilities(tmp_path: Path) -> None:
+    rewards = [0.5 + 0.01 * step for step in range(1, 16)]
+    low, _ = _log_rewards(tmp_path, rewards, max_steps=30, callback=PlateauStoppingCallback(bg.default_model(), check_every=1, min_fraction=0.0, verbose=False, beat=0.0))
+    high, _ = _log_rewards(tmp_path, rewards, max_steps=30, callback=PlateauStoppingCallback(bg.default_model(), check_every=1, min_fraction=0.0, verbose=False, beat=0.8))
+    assert low.stopped_at is None and low.stop_reason is None
+    assert all(p > 0.95 for _, p in low.beat_probabilities)
+    assert all(p_low >= p_high for (_, p_low), (_, p_high) in zip(low.beat_probabilities, high.beat_probabilities))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"beat": "0.9"}, "beat must be a number"), ({"beat": float("inf")}, "beat must be a number"), ({"beat_threshold": 1.0}, "beat_threshold must be a number between 0 and 1")],
+)
+def test_bad_beat_arguments_are_rejected_at_construction(kwargs: dict, message: str) -> None:
+    with pytest.raises(BayesGrpoError, match=message):
+        PlateauStoppingCallback(**kwargs)
