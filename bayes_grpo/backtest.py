@@ -24,6 +24,9 @@ Scores, from the full logged run (never shown to a rule; all in :mod:`bayes_grpo
 * **saved**: (last step - s) / last step;
 * **flips**: the share of consecutive checks whose decisions differ.
 
+Summaries count every run once (:func:`summarise`) or each source as at most
+:data:`~bayes_grpo.calibration.SOURCE_CAP` runs (:func:`summarise_source_capped`).
+
 **Nested selection** (:func:`nested_selection`): every check keeps its
 :class:`~bayes_grpo.stopping.StopEvidence`, so a grid of the rule's settings
 (threshold, tolerance, minimum fraction) is scored without new forecasts; each
@@ -52,7 +55,9 @@ import numpy as np
 import pandas as pd
 
 from bayes_grpo import measures
-from bayes_grpo.calibration import BUNDLED_SOURCE, ScoredSet, cached_fit_fold, fold_health, is_bundled, run_seed, scored_splits
+from bayes_grpo.calibration import (
+    BUNDLED_SOURCE, SOURCE_CAP, ScoredSet, cached_fit_fold, fold_health, is_bundled, run_seed, scored_splits, source_weights,
+)  # fmt: skip
 from bayes_grpo.errors import BayesGrpoError
 from bayes_grpo.logs import RunLog
 from bayes_grpo.parallel import map_jobs
@@ -435,6 +440,50 @@ def summarise(results: pd.DataFrame, by: Sequence[str] = ("rule", "threshold")) 
         }
     )
     return table.reset_index()
+
+
+def summarise_source_capped(results: pd.DataFrame, by: Sequence[str] = ("rule", "threshold"), cap: float = SOURCE_CAP) -> pd.DataFrame:
+    """:func:`summarise` with each source counted as at most ``cap`` runs per group.
+
+    Every run of a source with ``n`` runs weighs ``min(1, cap / n)``
+    (:func:`bayes_grpo.calibration.source_weights`), so a sweep of many runs of one
+    recipe counts as ``cap`` runs and cannot outvote single runs of many recipes;
+    means, shares and medians are weighted.
+
+    Parameters
+    ----------
+    results : pandas.DataFrame
+        Rows of :func:`evaluate` (with their ``source``).
+    by : sequence of str
+        Grouping columns.
+    cap : float
+        Most runs a source counts as.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The columns of :func:`summarise`, plus ``weight`` (the runs the group counts as) after ``runs``.
+
+    Example
+    -------
+    >>> summarise_source_capped(results[results["set"] == "real"])  # doctest: +SKIP
+    """
+    weights = source_weights(results, by, cap)
+    rows = []
+    for key, part in results.groupby(list(by), dropna=False, sort=False):
+        w = weights.loc[part.index].to_numpy()
+        share = {f"share_regret_gt_{limit:.2f}": float(np.average(part["regret"] > limit, weights=w)) for limit in REGRET_LIMITS}
+        rows.append({
+            **dict(zip(by, key)), "runs": len(part), "weight": float(w.sum()),
+            "mean_saved": float(np.average(part["saved"], weights=w)),
+            "median_saved": measures.weighted_quantile(part["saved"], 0.5, w),
+            "median_regret": measures.weighted_quantile(part["regret"], 0.5, w),
+            **share,
+            "share_stopped": float(np.average(part["saved"] > 0, weights=w)),
+            "flip_rate": float(np.average(part["flip_rate"], weights=w)),
+            "share_flip_back": float(np.average(part["flip_back"].astype(float), weights=w)),
+        })  # fmt: skip
+    return pd.DataFrame(rows)
 
 
 def tradeoff_figure(summary: pd.DataFrame, title: str = "") -> Figure:

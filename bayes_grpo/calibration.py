@@ -15,7 +15,10 @@ and scored against what really happened. Every definition comes from
   **truth below q05** (where the misses go); **90% width** / spread;
 * **quantile score**: mean pinball loss at q = 0.05, 0.25, 0.5, 0.75, 0.95, over spread;
 * **change after the cut**: |truth - persistence| / spread; the top third of it
-  (:func:`bayes_grpo.measures.hardest_third`) is summarised separately.
+  (:func:`bayes_grpo.measures.hardest_third`) is summarised separately;
+* **run-weighted and source-capped**: every summary (:func:`summarise`) counts each
+  run once, or each source as at most :data:`SOURCE_CAP` runs (:func:`source_weights`),
+  so a sweep of many runs of one recipe does not outvote single runs of many recipes.
 
 **Forecast quantity.** By default (``quantity="window"``) the forecast is
 :meth:`bayes_grpo.forecast.Forecast.window_reward` of the run's real
@@ -79,6 +82,8 @@ Quantity = Literal["window", "final"]
 #: Which held-out runs a cross-validation scores (and the stopping backtest replays): all, others' real runs, or the bundled ones.
 ScoredSet = Literal["all", "real", "bundled"]
 SCORED_SETS: tuple[str, ...] = get_args(ScoredSet)
+#: Source-capped summaries count each source as at most this many runs (:func:`source_weights`).
+SOURCE_CAP = 3
 #: The package's files whose contents decide what a fit returns: a change in any of them refits a cached fold.
 MODEL_CODE_FILES = ("config.py", "curves.py", "population.py", "prepare.py", "model.py")
 
@@ -819,49 +824,118 @@ def cross_validate(
 # ------------------------------------------------------------------ summaries
 
 
-def summarise(scores: pd.DataFrame, by: Sequence[str] = ("fraction",)) -> pd.DataFrame:
+def source_weights(frame: pd.DataFrame, by: Sequence[str] = (), cap: float = SOURCE_CAP) -> pd.Series:
+    """Weight of each row when every source counts as at most ``cap`` runs: ``min(1, cap / n)``.
+
+    ``n`` is the number of rows of the row's ``source`` within its ``by`` group (one row
+    per run and group, as in a summary per observed fraction or per rule), so a source
+    of 17 runs weighs 3 in all and a source of 1 to 3 runs weighs what it has. A sweep
+    of many runs of one recipe then cannot outvote many single runs of other recipes.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        Rows with a ``source`` column.
+    by : sequence of str
+        Grouping columns the counts are taken within (NaN is a group of its own).
+    cap : float
+        Most runs a source counts as (positive).
+
+    Returns
+    -------
+    pandas.Series
+        One weight in (0, 1] per row, on ``frame``'s index.
+
+    Raises
+    ------
+    BayesGrpoError
+        No ``source`` column, or a cap that is not positive.
+
+    Example
+    -------
+    >>> frame = pd.DataFrame({"source": ["sweep"] * 6 + ["a", "b"]})
+    >>> source_weights(frame).tolist()
+    [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 1.0, 1.0]
+    """
+    if "source" not in frame:
+        raise BayesGrpoError("source-capped figures need a 'source' column (cross_validate's scores have one)")
+    if not cap > 0:
+        raise BayesGrpoError(f"the source cap must be positive, got {cap!r}")
+    counts = frame.groupby([*by, "source"], dropna=False)["source"].transform("size")
+    return np.minimum(1.0, cap / counts.astype(float))
+
+
+def _weights(frame: pd.DataFrame, by: Sequence[str], source_cap: float | None) -> pd.Series:
+    """All ones (run-weighted), or :func:`source_weights` within the ``by`` groups."""
+    if source_cap is None:
+        return pd.Series(1.0, index=frame.index)
+    return source_weights(frame, by, source_cap)
+
+
+def _mean(values: pd.Series, weights: pd.Series) -> float:
+    return float(np.average(values.astype(float), weights=weights))
+
+
+def summarise(scores: pd.DataFrame, by: Sequence[str] = ("fraction",), *, source_cap: float | None = None) -> pd.DataFrame:
     """Means, coverages and shares of the scores, one row per ``by`` group (default: per observed fraction).
 
     Parameters
     ----------
     scores : pandas.DataFrame
-        Rows of :func:`evaluate_run`.
+        Rows of :func:`evaluate_run` (and a ``source`` column for ``source_cap``).
     by : sequence of str
         Grouping columns.
+    source_cap : float, optional
+        Count each source as at most this many runs within a group (:func:`source_weights`;
+        :data:`SOURCE_CAP` is the benchmark's): every mean, share and median is then
+        weighted. None (default): every run counts once.
 
     Returns
     -------
     pandas.DataFrame
-        Columns ``runs, error, persistence, paper_law, ratio_to_persistence,
+        Columns ``runs, weight, error, persistence, paper_law, ratio_to_persistence,
         coverage_90, coverage_50, above_q95, below_q05, width_90_median,
         quantile_score, change_after_cut, ess_median`` and, for forecasts that
         report it, ``pareto_k_above_0.7`` (share of forecasts with unreliable weights).
+        ``weight`` is the runs the group counts as (``runs`` without a cap).
+
+    Raises
+    ------
+    BayesGrpoError
+        ``source_cap`` without a ``source`` column.
 
     Example
     -------
-    >>> summarise(cv.scores[cv.scores["set"] == "real"])  # doctest: +SKIP
+    >>> real = cv.scores[cv.scores["set"] == "real"]  # doctest: +SKIP
+    >>> summarise(real), summarise(real, source_cap=SOURCE_CAP)  # doctest: +SKIP
     """
-    grouped = scores.groupby(list(by))
-    table = pd.DataFrame(
-        {
-            "runs": grouped.size(),
-            "error": grouped["error"].mean(),
-            "persistence": grouped["persistence_error"].mean(),
-            "paper_law": grouped["paper_law_error"].mean(),
-            "coverage_90": grouped["covered_90"].mean(),
-            "coverage_50": grouped["covered_50"].mean(),
-            "above_q95": grouped["above_q95"].mean(),
-            "below_q05": grouped["below_q05"].mean(),
-            "width_90_median": grouped["width_90"].median(),
-            "quantile_score": grouped["quantile_score"].mean(),
-            "change_after_cut": grouped["change_after_cut"].mean(),
+    weights = _weights(scores, by, source_cap)
+    rows = []
+    for key, part in scores.groupby(list(by)):
+        w = weights.loc[part.index]
+        row = {
+            **dict(zip(by, key)),
+            "runs": len(part),
+            "weight": float(w.sum()),
+            "error": _mean(part["error"], w),
+            "persistence": _mean(part["persistence_error"], w),
+            "paper_law": _mean(part["paper_law_error"], w),
+            "coverage_90": _mean(part["covered_90"], w),
+            "coverage_50": _mean(part["covered_50"], w),
+            "above_q95": _mean(part["above_q95"], w),
+            "below_q05": _mean(part["below_q05"], w),
+            "width_90_median": measures.weighted_quantile(part["width_90"], 0.5, w),
+            "quantile_score": _mean(part["quantile_score"], w),
+            "change_after_cut": _mean(part["change_after_cut"], w),
+            "ess_median": measures.weighted_quantile(part["ess"], 0.5, w),
         }
-    )
-    table.insert(4, "ratio_to_persistence", table["error"] / table["persistence"])
-    table["ess_median"] = grouped["ess"].median()
-    if "pareto_k" in scores:
-        table["pareto_k_above_0.7"] = grouped["pareto_k"].apply(lambda k: float(np.mean(k > PARETO_K_MAX)))
-    return table.reset_index()
+        if "pareto_k" in part:
+            row["pareto_k_above_0.7"] = _mean(part["pareto_k"] > PARETO_K_MAX, w)
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    if len(table):
+        table.insert(len(by) + 5, "ratio_to_persistence", table["error"] / table["persistence"])
+    return table
 
 
 def health_table(scores: pd.DataFrame, by: Sequence[str] = ("fraction",)) -> pd.DataFrame:
@@ -902,21 +976,39 @@ def health_table(scores: pd.DataFrame, by: Sequence[str] = ("fraction",)) -> pd.
     return table.reset_index()
 
 
-def hardest(scores: pd.DataFrame) -> pd.DataFrame:
-    """The rows in the top third of change after the cut, taken separately at each observed fraction."""
+def hardest(scores: pd.DataFrame, *, source_cap: float | None = None) -> pd.DataFrame:
+    """The rows in the top third of change after the cut, taken separately at each observed fraction.
+
+    With ``source_cap`` the third is of the source-capped weight (:func:`source_weights`
+    within each fraction; :func:`bayes_grpo.measures.hardest_third`), so a source of many
+    runs does not decide alone where the hardest third begins.
+    """
     if scores.empty:
         return scores
-    mask = scores.groupby("fraction")["change_after_cut"].transform(lambda v: pd.Series(measures.hardest_third(v.to_numpy()), index=v.index))
-    return scores[mask.astype(bool)]
+    weights = _weights(scores, ("fraction",), source_cap)
+    mask = pd.Series(False, index=scores.index)
+    for _, part in scores.groupby("fraction"):
+        w = None if source_cap is None else weights.loc[part.index].to_numpy()
+        mask.loc[part.index] = measures.hardest_third(part["change_after_cut"].to_numpy(), w)
+    return scores[mask]
+
+
+#: Title of the source-capped summary of the real runs in :func:`summary_tables` (the benchmark's targets judge it).
+REAL_CAPPED = f"real runs, source-capped (each source counts as at most {SOURCE_CAP} runs)"
 
 
 def summary_tables(scores: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """The summaries a calibration report shows, by title: real, real hardest third, bundled, all.
+    """The summaries a calibration report shows, by title.
+
+    Real runs run-weighted and source-capped (:data:`REAL_CAPPED`: each source counts as at
+    most :data:`SOURCE_CAP` runs, the figure that says how the package does on a recipe it
+    has not seen), the hardest third of the real runs both ways, the bundled runs, all runs,
+    and the hardest third of all runs.
 
     Parameters
     ----------
     scores : pandas.DataFrame
-        Scores with a ``set`` column (from :func:`cross_validate`).
+        Scores with ``set`` and ``source`` columns (from :func:`cross_validate`).
 
     Returns
     -------
@@ -929,13 +1021,15 @@ def summary_tables(scores: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """
     real, bundled = scores[scores["set"] == "real"], scores[scores["set"] == "bundled"]
     parts = {
-        "real runs": real,
-        "real runs, hardest third (largest |final - persistence|)": hardest(real),
-        "bundled runs": bundled,
-        "all runs": scores,
-        "all runs, hardest third": hardest(scores),
+        "real runs": (real, None),
+        REAL_CAPPED: (real, SOURCE_CAP),
+        "real runs, hardest third (largest |final - persistence|)": (hardest(real), None),
+        "real runs, hardest third, source-capped": (hardest(real, source_cap=SOURCE_CAP), SOURCE_CAP),
+        "bundled runs": (bundled, None),
+        "all runs": (scores, None),
+        "all runs, hardest third": (hardest(scores), None),
     }
-    return {title: summarise(part) for title, part in parts.items() if len(part)}
+    return {title: summarise(part, source_cap=cap) for title, (part, cap) in parts.items() if len(part)}
 
 
 def calibration_figure(scores: pd.DataFrame) -> Figure:

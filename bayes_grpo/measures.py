@@ -130,9 +130,62 @@ def change_after_cut(rewards_full: np.ndarray, rewards_head: np.ndarray) -> floa
     return abs(final_reward(rewards_full) - persistence(rewards_head)) / reward_spread(rewards_full)
 
 
-def hardest_third(values: Sequence[float]) -> np.ndarray:
-    """Boolean mask of the top third of ``values`` (e.g. change after the cut)."""
+def weighted_quantile(values: Sequence[float], q: float, weights: Sequence[float] | None = None) -> float:
+    """The ``q`` quantile of ``values`` when each counts ``weights`` times (NaN values left out).
+
+    The sorted values' cumulative weight first reaches ``q`` of the total at the
+    quantile; where it reaches it exactly, the quantile is halfway to the next value.
+    Equal weights thus give the ordinary median at ``q = 0.5`` (the middle value, or
+    the mean of the two middle ones), and a group of values holding exactly half the
+    weight meets the other half midway whatever the number of values in each.
+
+    Parameters
+    ----------
+    values : sequence of float
+        The values.
+    q : float
+        Quantile in [0, 1].
+    weights : sequence of float, optional
+        Non-negative weight of each value (default: all 1).
+
+    Returns
+    -------
+    float
+        NaN when no value with a positive weight is left.
+
+    Example
+    -------
+    >>> weighted_quantile([1.0, 2.0, 3.0, 4.0], 0.5)
+    2.5
+    >>> weighted_quantile([1.0, 2.0, 3.0], 0.5, weights=[1.0, 1.0, 4.0])
+    3.0
+    """
+    values = np.asarray(values, dtype=float)
+    weights = np.ones_like(values) if weights is None else np.asarray(weights, dtype=float)
+    keep = np.isfinite(values) & (weights > 0)
+    values, weights = values[keep], weights[keep]
+    if values.size == 0:
+        return float("nan")
+    order = np.argsort(values, kind="stable")
+    values, cumulative = values[order], np.cumsum(weights[order])
+    target = q * cumulative[-1]
+    tolerance = 1e-9 * cumulative[-1]
+    i = min(int(np.searchsorted(cumulative, target - tolerance, side="left")), values.size - 1)
+    if i < values.size - 1 and abs(cumulative[i] - target) <= tolerance:
+        return float(0.5 * (values[i] + values[i + 1]))
+    return float(values[i])
+
+
+def hardest_third(values: Sequence[float], weights: Sequence[float] | None = None) -> np.ndarray:
+    """Boolean mask of the top third of ``values`` (e.g. change after the cut).
+
+    With ``weights`` the top third is of the total weight (the cut is the weighted
+    2/3 quantile, :func:`weighted_quantile`), so a value counted less (a run of a
+    source with many runs) moves the cut less.
+    """
     values = np.asarray(values, dtype=float)
     if values.size == 0:
         return np.zeros(0, bool)
-    return values >= np.quantile(values, 2.0 / 3.0)
+    if weights is None:
+        return values >= np.quantile(values, 2.0 / 3.0)
+    return values >= weighted_quantile(values, 2.0 / 3.0, weights)

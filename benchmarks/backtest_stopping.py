@@ -33,7 +33,7 @@ from common import RESULTS, add_engine_args, add_fold_fit_args, add_run_args, fi
 
 import bayes_grpo as bg
 from bayes_grpo import backtest, stopping
-from bayes_grpo.calibration import load_evaluation_runs
+from bayes_grpo.calibration import SOURCE_CAP, load_evaluation_runs
 from bayes_grpo.config import SamplerConfig
 from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE, quick_mode
 
@@ -81,6 +81,8 @@ def main() -> None:
     result.folds.to_csv(args.out / "backtest_stopping_folds.csv", index=False)
     sets = {"real": result.results[result.results["set"] == "real"], "bundled": result.results[result.results["set"] == "bundled"], "all": result.results}
     tables = {name: backtest.summarise(part) for name, part in sets.items() if len(part)}
+    if "real" in tables:  # each source counts as at most SOURCE_CAP runs: a sweep of one recipe does not outvote single runs
+        tables = {"real": tables["real"], "real, source-capped": backtest.summarise_source_capped(sets["real"]), **tables}
     pd.concat([t.assign(set=name) for name, t in tables.items()], ignore_index=True).to_csv(args.out / "backtest_stopping.csv", index=False)
     shown = "real" if "real" in tables else "all"
     fig = backtest.tradeoff_figure(tables[shown], f"stopping rules on the {shown} runs ({tables[shown]['runs'].iloc[0]} runs, grouped by source)")
@@ -110,7 +112,8 @@ def main() -> None:
     if (tables[shown]["rule"] == backtest.NESTED_RULE).any():
         parts += [f"Settings chosen by nested cross-validation (see below), held-out figures on the {shown} runs:\n\n", targets(tables[shown], backtest.NESTED_RULE), "\n"]
     for name, table in tables.items():
-        parts += [f"## {name} runs\n\n", markdown(table), "\n"]
+        capped = f" (each source counts as at most {SOURCE_CAP} runs; `weight`: the runs a row counts as)" if "source-capped" in name else ""
+        parts += [f"## {name} runs{capped}\n\n", markdown(table), "\n"]
     if result.selection is not None:
         grid = backtest.selection_grid()
         parts += [
