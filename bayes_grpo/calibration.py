@@ -1008,27 +1008,28 @@ def summary_tables(scores: pd.DataFrame) -> dict[str, pd.DataFrame]:
     Parameters
     ----------
     scores : pandas.DataFrame
-        Scores with ``set`` and ``source`` columns (from :func:`cross_validate`).
+        Scores with a ``set`` column and, for the source-capped tables, a ``source`` column
+        (:func:`cross_validate`'s scores have both).
 
     Returns
     -------
     dict
-        Title -> :func:`summarise` table; sets without rows are left out.
+        Title -> :func:`summarise` table; sets without rows, and source-capped tables of
+        scores without sources, are left out.
 
     Example
     -------
     >>> for title, table in summary_tables(cv.scores).items(): print(title, table)  # doctest: +SKIP
     """
     real, bundled = scores[scores["set"] == "real"], scores[scores["set"] == "bundled"]
-    parts = {
-        "real runs": (real, None),
-        REAL_CAPPED: (real, SOURCE_CAP),
-        "real runs, hardest third (largest |final - persistence|)": (hardest(real), None),
-        "real runs, hardest third, source-capped": (hardest(real, source_cap=SOURCE_CAP), SOURCE_CAP),
-        "bundled runs": (bundled, None),
-        "all runs": (scores, None),
-        "all runs, hardest third": (hardest(scores), None),
-    }
+    hard = "real runs, hardest third (largest |final - persistence|)"
+    parts = {"real runs": (real, None), hard: (hardest(real), None)}
+    if "source" in scores:
+        parts = {
+            "real runs": (real, None), REAL_CAPPED: (real, SOURCE_CAP),
+            hard: (hardest(real), None), "real runs, hardest third, source-capped": (hardest(real, source_cap=SOURCE_CAP), SOURCE_CAP),
+        }  # fmt: skip
+    parts |= {"bundled runs": (bundled, None), "all runs": (scores, None), "all runs, hardest third": (hardest(scores), None)}
     return {title: summarise(part, source_cap=cap) for title, (part, cap) in parts.items() if len(part)}
 
 
