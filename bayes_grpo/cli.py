@@ -155,6 +155,26 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _params_b(text: str) -> float:
+    """argparse type: a model size in billions of parameters; a raw parameter count is converted with a warning.
+
+    The bounds are :func:`bayes_grpo.logs.types.params_in_billions`'s, the ones ``read_log`` applies.
+    """
+    from bayes_grpo.errors import LogError
+    from bayes_grpo.logs.types import params_in_billions
+
+    value = _positive_float(text)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            billions = params_in_billions(value, text)
+        except LogError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    for warning in caught:
+        _warn(f"--params-b {warning.message}")
+    return billions
+
+
 def _non_negative_float(text: str) -> float:
     """argparse type: a finite number >= 0."""
     value = _number(text, float)
@@ -185,7 +205,10 @@ def _add_run_metadata_args(parser: argparse.ArgumentParser) -> None:
     """Options that override metadata found in a log, and its encoding (shared by commands that read one log)."""
     _add_encoding_arg(parser)
     parser.add_argument("--family", help="model family, e.g. qwen, llama, gemma, phi (unknown: the population level)")
-    parser.add_argument("--params-b", type=_positive_float, help="model size in billions of parameters, e.g. 1.5")
+    parser.add_argument(
+        "--params-b", type=_params_b,
+        help="model size in billions of parameters, e.g. 1.5 (a raw count such as 1.5e9 is converted, with a warning)",
+    )  # fmt: skip
     parser.add_argument("--total-steps", type=_positive_int, help="planned number of training steps (the trainer's max_steps)")
     parser.add_argument(
         "--reward-range", type=_finite_float, nargs=2, metavar=("LO", "HI"),

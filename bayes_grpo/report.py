@@ -33,6 +33,7 @@ from bayes_grpo.measures import cut, final_reward, horizon
 from bayes_grpo.model import steps_per_chain
 from bayes_grpo.population import simulate
 from bayes_grpo.prepare import prepare_run
+from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -204,8 +205,8 @@ def stop_curve(model: FittedModel, run: RunLog, n_points: int = 12) -> pd.DataFr
     return pd.DataFrame({"step": steps, "probability": probability})
 
 
-def stop_figure(model: FittedModel, runs: Sequence[RunLog], threshold: float = 0.9, progress: bool = True) -> Figure:
-    """Stop probability across training for each run, its reward curve behind it."""
+def stop_figure(model: FittedModel, runs: Sequence[RunLog], threshold: float = STOP_THRESHOLD, progress: bool = True) -> Figure:
+    """Stop probability across training for each run (:func:`stop_curve`), its reward curve behind it and ``threshold`` marked."""
     import matplotlib.pyplot as plt
 
     cols = min(2, len(runs))
@@ -498,9 +499,10 @@ def _results_section(results: Mapping[str, Sequence[ResultItem]] | None) -> list
 
 def _stop_section(model: FittedModel, shown: Sequence[RunLog], progress: bool) -> list[str]:
     return [
-        "<p>Probability that less than the tolerance (1% of the reward range, or one noise unit) is still to gain "
-        "by the planned end, computed at each point as if training stopped there. The dashed line marks where it "
-        "first crosses the 0.9 threshold: stopping there saves the rest of the steps.</p>",
+        f"<p>Probability that less than the tolerance ({STOP_TOLERANCE:.0%} of the 10-90% spread of the rewards logged so far, "
+        "the stop rule's default) is still to gain by the planned end, computed at each point as if training stopped there. "
+        f"The dashed line marks where it first crosses the default threshold, {STOP_THRESHOLD:g}: stopping there saves the rest "
+        "of the steps.</p>",
         _img(stop_figure(model, shown, progress=progress), "stop probability across training"),
     ]
 

@@ -1,4 +1,4 @@
-"""All 37 real GRPO logs in ../shared/external_runs load with their metadata (never copied here)."""
+"""All 92 real GRPO logs (49 sources) in ../shared/external_runs load with their metadata (never copied here)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,13 @@ RUNS = sorted((EXTERNAL / "runs").glob("*.csv"))
 pytestmark = pytest.mark.skipif(not RUNS, reason=f"external validation runs not found at {EXTERNAL}/runs")
 
 
-def test_there_are_37_runs():
-    assert len(RUNS) == 37
+N_RUNS, N_SOURCES = 92, 49
+
+
+def test_there_are_92_runs_from_49_sources_all_in_the_index():
+    index = pd.read_csv(EXTERNAL / "index.csv")
+    assert len(RUNS) == len(index) == N_RUNS and index["source_repo"].nunique() == N_SOURCES
+    assert {p.stem for p in RUNS} == set(index["run_id"])
 
 
 @pytest.mark.parametrize("path", RUNS, ids=[p.stem for p in RUNS])
@@ -42,6 +47,6 @@ def test_summary_matches_sources_md():
 
 def test_load_runs_external_folder():
     runs = bg.load_runs(EXTERNAL / "runs")
-    assert len(runs) == 37
+    assert len(runs) == N_RUNS
     ds = runs.to_xarray()
-    assert ds.reward.shape[0] == 37 and set(ds.family.values) >= {"qwen", "llama", "gemma", "phi"}
+    assert ds.reward.shape[0] == N_RUNS and set(ds.family.values) >= {"qwen", "llama", "gemma", "phi"}

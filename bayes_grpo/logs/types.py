@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,11 +17,81 @@ import xarray as xr
 from bayes_grpo.errors import LogError
 from bayes_grpo.logs.families import infer_model, normalise_family
 
-__all__ = ["LogWarning", "RunLog", "RunMetadata", "RunSet"]
+__all__ = ["LogWarning", "RunLog", "RunMetadata", "RunSet", "params_in_billions"]
+
+#: The largest model size, in billions of parameters, taken as given (2 trillion parameters).
+MAX_PARAMS_B = 2_000.0
+#: A size from this value on is read as a raw parameter count (100,000 parameters and up) and converted to billions.
+RAW_PARAMS_MIN = 1e5
 
 
 class LogWarning(UserWarning):
     """A log was repaired while reading (rows dropped, steps re-sorted, a cut last line dropped)."""
+
+
+def params_in_billions(value: float, subject: str | None = None) -> float:
+    """A model size in billions of parameters, from a value given as billions or as a raw parameter count.
+
+    Sizes are billions of parameters (1.5 for a 1.5B model). A value of at most
+    :data:`MAX_PARAMS_B` (2,000: 2 trillion parameters) is taken as given. A value of
+    :data:`RAW_PARAMS_MIN` (100,000) up to 2e12 cannot be billions, so it is read as a raw
+    parameter count (what ``sum(p.numel() for p in model.parameters())`` gives) and divided
+    by 1e9, with a warning. Anything else is rejected: zero, negative or non-finite sizes,
+    values between the two bounds (2,000 to 100,000) and above 2e12, which are neither a
+    plausible size in billions nor a plausible raw count. The result is always in
+    (0, :data:`MAX_PARAMS_B`].
+
+    Parameters
+    ----------
+    value : float
+        The size as given.
+    subject : str, optional
+        How messages name it (default ``"params_b=<value>"``).
+
+    Returns
+    -------
+    float
+        The size in billions of parameters.
+
+    Raises
+    ------
+    LogError
+        A size that is not positive and finite, lies between :data:`MAX_PARAMS_B` and
+        :data:`RAW_PARAMS_MIN`, or is above 2e12.
+
+    Warns
+    -----
+    LogWarning
+        When a raw parameter count was converted.
+
+    Example
+    -------
+    >>> params_in_billions(1.5)
+    1.5
+    >>> import warnings
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")
+    ...     params_in_billions(1.5e9)  # a raw count, converted with a warning
+    1.5
+    """
+    subject = subject or f"params_b={value:g}"
+    if not (math.isfinite(value) and value > 0):
+        raise LogError(f"{subject} must be positive (model size in billions of parameters, e.g. 1.5 for a 1.5B model)")
+    if value <= MAX_PARAMS_B:
+        return float(value)
+    if RAW_PARAMS_MIN <= value <= MAX_PARAMS_B * 1e9:
+        billions = value / 1e9
+        warnings.warn(
+            f"{subject} is far above any model size in billions ({MAX_PARAMS_B:g}); read it as a raw parameter count: "
+            f"{billions:g} billion parameters (give sizes in billions, e.g. 1.5 for a 1.5B model)",
+            LogWarning,
+            stacklevel=3,
+        )
+        return billions
+    raise LogError(
+        f"{subject} is neither a model size in billions of parameters (at most {MAX_PARAMS_B:g}, 2 trillion parameters) "
+        f"nor a raw parameter count ({RAW_PARAMS_MIN:g} to {MAX_PARAMS_B * 1e9:g}); give the size in billions, e.g. 1.5 for a 1.5B model"
+    )
 
 
 @dataclass(frozen=True)
@@ -43,7 +114,7 @@ class RunMetadata:
     family: str | None = None
     """Lower-case model family, e.g. ``"qwen"``, ``"llama"``, ``"gemma"``, ``"phi"``."""
     params_b: float | None = None
-    """Model size in billions of parameters."""
+    """Model size in billions of parameters; a raw parameter count is converted (:func:`params_in_billions`)."""
     total_steps: int | None = None
     """Planned number of training steps (``max_steps``)."""
     steps_per_epoch: int | None = None
@@ -58,6 +129,11 @@ class RunMetadata:
     """Anything else (model name, dataset, seeds, command line, ...)."""
     provenance: dict = field(default_factory=dict)
     """Where each known field came from: ``{"family": "notebook", "params_b": "argument", ...}``."""
+
+    def __post_init__(self) -> None:
+        if self.params_b is not None:
+            where = f"{self.source}: " if self.source else ""
+            object.__setattr__(self, "params_b", params_in_billions(self.params_b, f"{where}params_b={self.params_b:g}"))
 
     def describe(self) -> dict[str, str]:
         """Known fields as text with their source, e.g. ``{"family": "qwen (notebook)"}``.
@@ -388,8 +464,6 @@ def check_meta(meta: RunMetadata, last_step: int, name: str) -> None:
                 f"{name}: total_steps={meta.total_steps} is smaller than the last logged step {last_step}; "
                 "pass the planned number of steps (max_steps) or leave total_steps unset"
             )
-    if meta.params_b is not None and meta.params_b <= 0:
-        raise LogError(f"{name}: params_b={meta.params_b} must be positive (model size in billions)")
     if meta.steps_per_epoch is not None and meta.steps_per_epoch <= 0:
         raise LogError(f"{name}: steps_per_epoch={meta.steps_per_epoch} must be positive")
     if meta.reward_range is not None:
