@@ -65,13 +65,12 @@ class PriorConfig:
         HalfNormal scale of the spread of a run's start around its start level.
     fixed_start_sd : tuple of (float or None)
         Per kind (range, learned), the start spread ``r0_sd`` fixed at this value instead of
-        learned (None: learned); ``(None, 0.12)`` since model 2.5. On a learned scale the start
+        learned (None: learned); default ``(None, 0.12)``. On a learned scale the start
         level is read from the run's own first rewards, so the same rewards that set the level
-        also judge how far the start may sit from it, and the learned spread can shrink towards
+        also judge how far the start may sit from it, and a learned spread can shrink towards
         zero, where a run whose first rewards straddle an early collapse must call them outliers:
-        a second posterior mode (issue 13; ``benchmarks/results/fit_scaling.notes.md``, session
-        13). 0.12 is the median of that spread's posterior when it was learned on the 201
-        bundled + shared runs.
+        a second posterior mode (``benchmarks/results/fit_scaling.notes.md``). 0.12 is the median
+        of that spread's posterior when it is learned on the 201 bundled + shared runs.
     sig_mu_loc, sig_mu_scale : tuple of float
         Normal prior of the kind's mean log per-step noise.
     sig_sd_scale : float
@@ -81,10 +80,10 @@ class PriorConfig:
         fit and at forecast time); ``r0_sd`` is learned from the other runs.
     spread_prior : {"halfnormal", "gamma"}
         Family of the priors of every population spread (the ``*_sd`` variables, scaled by the
-        ``*_sd_scale`` fields, called HalfNormal scales above): HalfNormal, or (the default since
-        model 2.5) a Gamma of shape 2 with the same mean, which has no mass at zero (a
-        zero-avoiding prior, so no funnel neck there) and a longer right tail. Measured on the
-        201 runs (session 13): no divergence in 22 fits against 6 in 11 with HalfNormal.
+        ``*_sd_scale`` fields, called HalfNormal scales above): HalfNormal, or (the default) a
+        Gamma of shape 2 with the same mean, which has no mass at zero (a zero-avoiding prior, so
+        no funnel neck there) and a longer right tail. On the 201 runs the Gamma gave no
+        divergence in 22 fits, HalfNormal 6 in 11 (``benchmarks/results/fit_scaling.notes.md``).
     """
 
     gain_mu_loc: tuple[float, float] = (0.3, 0.5)
@@ -138,14 +137,14 @@ class ModelConfig:
         so quantised rewards do not drive the noise to zero.
     drift : float
         Scale of the Brownian model-discrepancy term of forecasts, in per-step noise units per
-        unit of progress (0.75 with ``drift_df=2``; 1.5 with Normal paths until session 11).
+        unit of progress (0.75 with ``drift_df=2``; 1.5 suits Normal paths, ``drift_df=None``).
     drift_df : float or None
         Degrees of freedom of the discrepancy's Student-t scale mixture (2): each forecast draw's
         drift scale is multiplied by ``sqrt(df / chi2_df)``, so most paths wander little and a few
         far. None gives Normal (Brownian) paths, as model files written before this setting are
         read. On the real runs held out by source, 2 and 0.75 gave the same or better 90% coverage,
         a 50% coverage closer to 0.5, narrower intervals and a lower quantile score than Normal paths
-        at 1.5 (``benchmarks/results/calibration.md``, session 11).
+        at 1.5 (``benchmarks/calibration.py``).
     range_slack : float
         At forecast time, on a declared reward range, a curve's start and its level at the
         end of the plan (``gain_at="plan_end"``) or asymptote may sit at most this fraction
@@ -172,8 +171,7 @@ class ModelConfig:
         partially pooled gain and timescale effects per source, so that runs of one source
         are not counted as independent draws and a run from a new source gets the spread
         between sources. Off by default: on the shared runs it changed no forecast figure
-        beyond noise and made the 201-run fit mix worse
-        (``benchmarks/results/calibration.md``, session 7).
+        beyond noise and made the 201-run fit mix worse (``benchmarks/calibration.py``).
     priors : PriorConfig
         Scales and centres of the population-level priors.
 
@@ -254,12 +252,12 @@ class SamplerConfig:
     draws, tune : int
         Posterior draws and tuning steps per chain: 4000 draws after 500 tuning steps, or
         200 each in quick mode (``BAYES_GRPO_QUICK=1``, read when the config is created).
-        4000 draws: a draw costs about 35 gradients (the sheared gain, session 8) of about
-        130 us each on the 201 bundled + shared runs (the (run, bin) grid likelihood, session 11),
-        and 2 x 4000 draws reach a smallest bulk ESS of 444-727 over every variable with max
-        r_hat 1.005-1.008 and no divergence in 46-53 s of sampling with compilation at nine seeds
-        of eleven (model 2.5, session 13, on a machine 20% slower than session 12's; seed 9: ESS
-        305, seed 2026: ESS 293 and 155 s; 2 x 2000 draws gave ESS 233-385 on model 2.4).
+        4000 draws: a draw costs about 35 gradients (the sheared gain) of about 130 us each on
+        the 201 bundled + shared runs (the (run, bin) grid likelihood), and 2 x 4000 draws reach
+        a smallest bulk ESS of 444-727 over every variable with max r_hat 1.005-1.008 and no
+        divergence in 46-53 s of sampling with compilation at nine seeds of eleven (two seeds
+        leave one per-run variable at ESS 293-305; 2 x 2000 draws give ESS 233-385;
+        ``benchmarks/results/fit_scaling.notes.md``).
     chains : int
         Number of chains (2).
     sampler : str or None
@@ -270,7 +268,7 @@ class SamplerConfig:
         NUTS target acceptance, passed to every sampler. None (the default) picks it by the fit:
         0.95 for per-run parameters sampled as offsets (``parameterisation="non_centred"``, which
         ``"auto"`` gives fits of fewer than 100 runs: on 12 bundled runs 0.8 left 12 and 41
-        divergences at two seeds, 0.95 one and none, in 25% more time; session 14 in
+        divergences at two seeds, 0.95 one and none, in 25% more time;
         ``benchmarks/results/fit_scaling.notes.md``); otherwise 0.8 with nutpie (measured on the
         201 runs; 0.7 was worse, r_hat 1.07) and 0.9 with ``"pymc"`` and ``"numpyro"``. A fitted
         model stores the value used.

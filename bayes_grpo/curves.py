@@ -210,8 +210,8 @@ def relative_shape(form: str, t: Any, tau: Any, beta: Any, xp: Any = np) -> Any:
     finite and smooth when ``F(1)`` is tiny (a late, sharp take-off: for a log-logistic with
     ``beta * log(tau)`` above ~28, ``F(1) < 1e-12``, above ~745 it is 0 in floating point, and
     the curve is ``t ** beta``). Dividing by ``F(1)`` floored at :data:`SMALLEST_END_SHARE`
-    put a kink in the fit's log-density there (session 12: 2 of 10 divergences of a fold fit
-    sat on it, in 2% of the draws).
+    would put a kink in the fit's log-density there, where NUTS diverges (in one fold fit, 2 of
+    10 divergences sat on it, in 2% of the draws).
     """
     entry = get_form(form)
     if entry.relative is None:

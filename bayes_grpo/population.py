@@ -195,7 +195,7 @@ def population_priors(config: ModelConfig) -> dict[str, Any]:
             pop[f"src_{effect}_sd"] = spread(f"src_{effect}_sd", scale)
             raw = pm.Normal(f"src_{effect}_raw", 0, 1, dims="source")
             pop[f"src_{effect}"] = pm.Deterministic(f"src_{effect}", pop[f"src_{effect}_sd"] * raw, dims="source")
-    if all(sd is None for sd in p.fixed_start_sd):  # model 2.4's one per-kind variable, so its fits reproduce
+    if all(sd is None for sd in p.fixed_start_sd):  # one per-kind variable, as model files before 2.5 have it, so their fits reproduce
         pop["r0_sd"] = spread("r0_sd", np.array(p.r0_sd_scale), dims="kind")
     else:  # a kind's start spread is learned, or fixed where PriorConfig.fixed_start_sd says so
         # Written as fixed values plus each learned spread times its kind's indicator: elementwise
@@ -439,7 +439,7 @@ def is_centred(name: str, config: ModelConfig) -> bool:
     first rewards only about as tightly as the small population spread of such starts) and
     the shape ``log_beta`` (on the 201 bundled + shared runs the posterior spread of 137 of
     the 164 bundled runs' shapes is within 30% of the population spread: their rewards say
-    little about it, and centring it made ``beta_sd`` the slowest variable; session 8 in
+    little about it, and centring it made ``beta_sd`` the slowest variable;
     ``benchmarks/results/fit_scaling.notes.md``).
     """
     return config.parameterisation == "centred" or (config.parameterisation == "mixed" and name not in MIXED_OFFSETS)

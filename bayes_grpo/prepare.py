@@ -76,9 +76,10 @@ def noise_scale(rewards: np.ndarray) -> float:
 
     Discrete rewards can give a zero MAD, so a quarter of the plain standard
     deviation is used as a floor; only rewards that never varied fall through to
-    the numerical guard (:data:`NOISE_GUARD_RELATIVE`). Until session 14 the last floor was
-    ``1e-3 * max(1, |mean reward|)``, an absolute size: a log in units of 1e-4 got
-    a 90% interval 40 times too wide, one offset by 1,000 four times.
+    the numerical guard (:data:`NOISE_GUARD_RELATIVE`), which is relative to the rewards'
+    magnitude: nothing here has an absolute size, so a log in other units or with an offset
+    gets the same forecast in those units (an absolute floor of ``1e-3 * max(1, |mean reward|)``
+    made a log in units of 1e-4 forecast 40 times too wide).
     """
     y = np.asarray(rewards, dtype=float)
     if y.size < 3:
