@@ -39,7 +39,7 @@ from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE, quick_mode
 
 
 def targets(summary: pd.DataFrame, rule: str = backtest.DEFAULT_RULE) -> str:
-    """Issue 12's targets for ``rule`` (default: the default rule)."""
+    """The stopping targets for ``rule`` (default: the default rule): bad stops, median regret, steps saved."""
     row = summary[summary["rule"] == rule].iloc[0]
     return (
         f"- regret > 0.05 in {row['share_regret_gt_0.05']:.1%} of runs (<= 10%): {verdict(row['share_regret_gt_0.05'] <= 0.10)}\n"
@@ -105,7 +105,7 @@ def main() -> None:
         "(bayes_grpo.settings, bayes_grpo.stopping). "
         f"The paper's baseline (arXiv 2507.18014) stops at {backtest.EPOCH_FRACTION:.0%} of an epoch: {with_epoch} of the {len(runs)} runs declare "
         "their steps per epoch; for the others the run as planned is taken as one epoch, so the baseline equals the fixed fraction.\n\n",
-        f"![trade-off](backtest_tradeoff.png)\n\n## Targets (issue 12), default rule on the {shown} runs\n\n",
+        f"![trade-off](backtest_tradeoff.png)\n\n## Targets, default rule on the {shown} runs\n\n",
         targets(tables[shown]),
         "\n",
     ]

@@ -90,7 +90,7 @@ def verdict(ok: bool) -> str:
 def parameterisation_label(requested: str, config) -> str:
     """A fit's parameterisation as a table label: what was asked, and for ``auto`` what it resolved to and
     which variable NUTS samples for each per-run parameter (``e_*``: an offset; ``asinh_end_rise``: the
-    sheared gain, since session 8)."""
+    sheared gain)."""
     from bayes_grpo.population import PARAMS, sampled_name
 
     sampled = ", ".join(sampled_name(name, config) for name in PARAMS)

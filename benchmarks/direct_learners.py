@@ -1,9 +1,9 @@
-"""Direct learners on the benchmark folds: is the missing upside in the heads at all? (issues 11, 12)
+"""Direct learners on the benchmark folds: is the missing upside in the heads at all?
 
 The package's forecasts miss late take-offs at 20% observed and its stop rule saves
-half of what issue 12 asks; every signal tried inside the model left both where they
-were. This benchmark asks the question without the model: two plain learners, trained
-straight on the quantity each issue scores, on the training runs of the same folds
+about half of the 30% of steps the stopping benchmark targets; every signal tried inside
+the model left both where they were. This benchmark asks the question without the model:
+two plain learners, trained straight on the quantity each benchmark scores, on the training runs of the same folds
 (grouped by source, :func:`bayes_grpo.calibration.grouped_splits`), judged on the
 held-out real runs with the package's own scoring.
 
@@ -11,10 +11,10 @@ held-out real runs with the package's own scoring.
   programme by SciPy's HiGHS) of the change after the cut in units of the head's own
   10-90% spread, ``(truth - persistence) / head spread``, on features of the head; one
   regression per observed fraction and quantile (0.05 ... 0.95, sorted so they never
-  cross). The constant-only regression is issue 11's "calibrated but useless" forecaster
+  cross). The constant-only regression is the "calibrated but useless" forecaster
   learned by source. Scored by :func:`bayes_grpo.calibration.score_cut`.
 * **Stopping.** Logistic regression of "stopping now leaves regret above 0.05"
-  (:func:`bayes_grpo.measures.regret`, issue 12's definition) on the same features plus
+  (:func:`bayes_grpo.measures.regret`, the stopping backtest's definition) on the same features plus
   the observed fraction, at every check of :func:`bayes_grpo.backtest.check_indices`; the
   rule stops at the first check from 30% on whose predicted probability of a bad stop
   is below a threshold. Scored by :func:`bayes_grpo.backtest.score`.
@@ -223,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     backtest = pd.read_csv(RESULTS / "backtest_stopping.csv").query("set == 'real' and rule == 'bayes_grpo threshold'")
     seconds = time.perf_counter() - started
     text = "".join([
-        "# Direct learners on the benchmark folds (issues 11 and 12)\n\n",
+        "# Direct learners on the benchmark folds\n\n",
         provenance(seconds) + "\n",
         (__doc__ or "").split("\n\n    python")[0].split("\n\n", 1)[1] + "\n\n",
         f"{len(runs)} runs from {len(set(sources.values()))} sources in {args.folds} folds; held-out real runs scored.\n\n",

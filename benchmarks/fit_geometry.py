@@ -93,9 +93,9 @@ def report(table: pd.DataFrame, seconds: float) -> str:
         "per draw; `wall_s`: build, compilation and sampling. `gain_at`: `asymptote` (the gain parameter is the "
         "total gain) or `plan_end` (the gain by the end of the planned run); `max_bins`: bins per run in the "
         "likelihood. `auto (mixed)`: the default `parameterisation=\"auto\"`, which from 100 runs up samples the "
-        "start as an offset and the rest centred (until session 7); since session 8 the label lists what NUTS samples "
+        "start as an offset and the rest centred (in rows of models 2.1-2.3); later rows' labels list what NUTS samples "
         "for each per-run parameter (`e_*`: an offset; `asinh_end_rise`: the gain sheared by the start, "
-        "`bayes_grpo.population.gain_variable`). `per-run partial (not kept)`: a session-5 experiment that wrote "
+        "`bayes_grpo.population.gain_variable`). `per-run partial (not kept)`: an experiment on models 2.0-2.1 that wrote "
         "each run's gain, timescale and shape between centred and offset by how far the run moved; removed. "
         "Rows accumulate across invocations (`fit_geometry.csv`); what they mean: `fit_scaling.notes.md`.\n\n"
         + markdown(table)

@@ -1,4 +1,4 @@
-"""LC-PFN baseline for the forecast-calibration benchmark (issue 11).
+"""LC-PFN baseline for the forecast-calibration benchmark.
 
 LC-PFN (Adriaensen et al., NeurIPS 2023; package ``lcpfn``) is a transformer
 trained on curves drawn from a parametric learning-curve prior; given the head
@@ -33,7 +33,7 @@ How a GRPO run is fed to it (LC-PFN only knows increasing curves with y in
 Every row is scored by :func:`bayes_grpo.calibration.score_cut`, the scoring
 of the package's own forecasts (the same cut, truth, baselines and
 :mod:`bayes_grpo.measures` scores), so
-:func:`bayes_grpo.calibration.summarise` turns them into the issue's table.
+:func:`bayes_grpo.calibration.summarise` turns them into the calibration table.
 
     nice -n 15 python benchmarks/lcpfn_baseline.py train --minutes 18
     python benchmarks/lcpfn_baseline.py evaluate      # writes benchmarks/results/lcpfn.md and lcpfn_runs.csv
@@ -564,7 +564,7 @@ No fitting on the shared runs is involved (LC-PFN only sees its prior), so no cr
 
 
 def _table(summary: pd.DataFrame) -> str:
-    """The issue-11 table: error, persistence, coverages, misses, median 90% width, quantile score."""
+    """The calibration table: error, persistence, coverages, misses, median 90% width, quantile score."""
     lines = [
         "| observed | runs | error | persistence | 90% coverage | 50% coverage | truth above q95 | truth below q05 | median 90% width | quantile score |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -621,7 +621,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     hardest = calibration.summarise(calibration.hardest(scores))
     trained = args.weights.with_suffix(".json")
     parts = [
-        "# LC-PFN baseline (issue 11)\n\n",
+        "# LC-PFN baseline\n\n",
         _METHOD,
         f"\n## Training\n\n`{trained}`:\n\n" + (f"```json\n{trained.read_text().strip()}\n```" if trained.is_file() else "(no training report found)") + "\n\n",
         f"## LC-PFN on the {len(runs)} shared runs\n\n",
