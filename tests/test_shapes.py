@@ -150,3 +150,47 @@ def test_summary_and_spec_checks_judge_the_rows():
     assert checks.loc[("weight of a rise ahead, mean", "two_stage", 0.3), ["figure", "verdict"]].tolist() == pytest.approx([0.1, "reported"])
     dip = checks.xs("stops inside the dip", level="check")
     assert dip["figure"].iloc[0] == 2 and dip["verdict"].iloc[0] == "missed"
+
+
+# ------------------------------------------------------------------ behaviour spec, through the shipped model
+# What a user should get from bg.default_model() on runs whose future is known: a run still climbing at the
+# cut is forecast to keep climbing, a plateau is called only when the log shows one, a dip is not a decline.
+
+
+def _forecast(shape: str, fraction: float, noise: float = 0.05, total: int = 250) -> dict:
+    """The suite's row for one cut: evaluate_run's scores plus the stop decision."""
+    (row,) = shapes.score_cell(shapes.Cell(shape, total, noise, 0, cuts=(fraction,)))
+    return row
+
+
+def _shown(row: dict) -> str:
+    return f"truth {row['truth']:.3f}, 90% interval [{row['q05']:.3f}, {row['q95']:.3f}], P(plateau) {row['p_plateau']:.3f}"
+
+
+@pytest.mark.parametrize("fraction", [0.3, 0.5])
+def test_straight_rise_is_forecast_to_keep_rising(fraction):
+    row = _forecast("straight", fraction)
+    assert row["covered_90"], _shown(row)
+    assert row["p_plateau"] < 0.5, _shown(row)
+
+
+def test_early_plateau_is_covered_and_may_be_stopped():
+    row = _forecast("early_plateau", 0.5)
+    assert row["covered_90"], _shown(row)
+    assert row["stop"], f"{_shown(row)}; the rule did not stop a run flat since 20% of its steps"
+
+
+def test_no_stop_inside_a_dip_that_recovers():
+    import bayes_grpo as bg
+
+    run = shapes.make_run("dip", 250, 0.05, seed=0)
+    inside = [step for step in range(80, 145, 5) if shapes.in_dip("dip", step, 250)]  # every 2% of the run through the dip
+    stops = [step for step in inside if bg.default_model().stop_decision(run.head(step), total_steps=250, seed=0).should_stop]
+    lo, hi = shapes.SHAPES["dip"].dip
+    assert len(inside) >= 10 and not stops, f"stopped inside the dip at step(s) {stops} of 250 (the dip spans steps {lo * 250:.0f}-{hi * 250:.0f})"
+
+
+@pytest.mark.parametrize("fraction", [0.3, 0.5])
+def test_flat_run_interval_holds_the_truth(fraction):
+    row = _forecast("flat", fraction)
+    assert row["covered_90"], _shown(row)
