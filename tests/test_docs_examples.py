@@ -3,7 +3,8 @@
 The collector reads the fenced blocks of each page in :data:`PAGES`:
 
 * ````python`` blocks run in one namespace per page, in order;
-* ````bash`` blocks run with ``bash -e`` (each block as a script);
+* ````bash`` blocks run with ``bash -e``, each block as one script (a pipeline's status is
+  its last command's, so ``| head`` is fine);
 * ````console`` blocks hold ``$ command`` lines, each followed by the exact output it prints;
 * a ````text`` block right after an ``<!-- output -->`` line is the exact standard output of the
   block before it.
@@ -104,7 +105,7 @@ def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def _run_shell(script: str, cwd: Path) -> str:
     done = subprocess.run(
-        ["bash", "-e", "-o", "pipefail", "-c", script], cwd=cwd, capture_output=True, text=True, timeout=300,
+        ["bash", "-e", "-c", script], cwd=cwd, capture_output=True, text=True, timeout=300,
         env={**os.environ, "BAYES_GRPO_QUICK": "1", "COLUMNS": "200", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
     )  # fmt: skip
     assert done.returncode == 0, f"{script}\nexit {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
