@@ -62,7 +62,7 @@ from bayes_grpo.errors import BayesGrpoError
 from bayes_grpo.logs import RunLog
 from bayes_grpo.parallel import map_jobs
 from bayes_grpo.settings import STOP_TOLERANCE
-from bayes_grpo.stopping import StopEvidence, stop_evidence, threshold_stop
+from bayes_grpo.stopping import STOP_REASONS, StopEvidence, stop_evidence, stop_reason
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -138,19 +138,63 @@ def score(run: RunLog, stop_index: int | None) -> dict[str, float]:
     Returns
     -------
     dict
-        ``stop_step``, ``saved`` ((last - stop) / last) and ``regret`` (:func:`bayes_grpo.measures.regret`).
+        ``stop_step``, ``saved`` ((last - stop) / last), ``regret`` (:func:`bayes_grpo.measures.regret`)
+        and ``dip_stop`` (:func:`stopped_in_recovering_dip`).
 
     Example
     -------
     >>> score(run, None)  # doctest: +SKIP
-    {'stop_step': 100, 'saved': 0.0, 'regret': 0.0}
+    {'stop_step': 100, 'saved': 0.0, 'regret': 0.0, 'dip_stop': False}
     """
     steps = run.steps
     last = int(steps[-1])
     if stop_index is None:
-        return {"stop_step": last, "saved": 0.0, "regret": 0.0}
+        return {"stop_step": last, "saved": 0.0, "regret": 0.0, "dip_stop": False}
     stop = int(steps[stop_index])
-    return {"stop_step": stop, "saved": (last - stop) / last, "regret": measures.regret(steps, run.rewards, stop)}
+    return {
+        "stop_step": stop,
+        "saved": (last - stop) / last,
+        "regret": measures.regret(steps, run.rewards, stop),
+        "dip_stop": stopped_in_recovering_dip(run, stop),
+    }
+
+
+def stopped_in_recovering_dip(run: RunLog, stop_step: int, limit: float = ORACLE_REGRET) -> bool:
+    """Whether a stop at ``stop_step`` fell inside a dip that the run later recovered from (known only afterwards).
+
+    On the smoother of the whole run that the regret uses (S, bandwidth 8% of
+    its steps): at the stop, S is more than ``limit`` of the run's 10-90% spread
+    below its best before the stop (a dip deep enough to matter for the regret),
+    and after the stop S gets back to within ``limit`` of the spread of that best.
+
+    Parameters
+    ----------
+    run : RunLog
+        The complete run.
+    stop_step : int
+        The step of the stop.
+    limit : float
+        Depth and recovery margin, as a share of the spread (default :data:`ORACLE_REGRET`).
+
+    Returns
+    -------
+    bool
+        False for a stop at or after the last step.
+
+    Example
+    -------
+    >>> stopped_in_recovering_dip(run, 120)  # doctest: +SKIP
+    False
+    """
+    steps = run.steps.astype(float)
+    after = steps > stop_step
+    if not after.any():
+        return False
+    curve = measures.smoothed(steps, run.rewards)
+    margin = limit * measures.reward_spread(run.rewards)
+    best_before = float(curve[steps <= stop_step].max())
+    at_stop = float(np.interp(stop_step, steps, curve))
+    return best_before - at_stop > margin and float(curve[after].max()) >= best_before - margin
 
 
 @dataclass
@@ -232,13 +276,13 @@ def trace(
         warnings.simplefilter("ignore")
         for k, i in enumerate(indices):
             fc = model.forecast(run.head(int(run.steps[i])), total_steps=last, seed=base + k, **dict(forecast_options or {}))
-            # The default decision from the check's evidence, computed once: threshold_stop at the
+            # The default decision from the check's evidence, computed once: stop_reason at the
             # defaults is decision_from_forecast's threshold mode (tests/test_stopping.py checks they agree).
             evidence.append(stop_evidence(fc))
             probability.append(evidence[-1].probability(STOP_TOLERANCE))
-            default.append(threshold_stop(evidence[-1]))
+            default.append(stop_reason(evidence[-1]) in STOP_REASONS)
             best.append(evidence[-1].best_step)
-            by_threshold.append([threshold_stop(evidence[-1], threshold=t) for t in thresholds])
+            by_threshold.append([stop_reason(evidence[-1], threshold=t) in STOP_REASONS for t in thresholds])
     seconds = (time.perf_counter() - started) / max(len(indices), 1)
     return RunTrace(
         run=run,
@@ -358,8 +402,11 @@ def baseline_rules() -> dict[str, Rule]:
     }
 
 
-def _row(tr: RunTrace, rule: str, threshold: float, decisions: np.ndarray) -> dict[str, Any]:
+def _row(tr: RunTrace, rule: str, threshold: float, decisions: np.ndarray, reasons: np.ndarray | None = None) -> dict[str, Any]:
+    """One result row: the first stop of ``decisions`` scored, the decisions' flips, and the Bayesian rule's reason for that stop."""
     stop_index = _first_stop(tr, decisions)
+    hits = np.flatnonzero(decisions)
+    reason = str(reasons[hits[0]]) if reasons is not None and hits.size else ""
     flips = float(np.mean(decisions[1:] != decisions[:-1])) if decisions.size > 1 else 0.0
     flip_back = bool(np.any(decisions[:-1] & ~decisions[1:])) if decisions.size > 1 else False
     return {
@@ -370,6 +417,7 @@ def _row(tr: RunTrace, rule: str, threshold: float, decisions: np.ndarray) -> di
         "threshold": threshold,
         "checks": int(tr.indices.size),
         **score(tr.run, stop_index),
+        "stop_reason": reason,
         "flip_rate": flips,
         "flip_back": flip_back,
     }
@@ -389,8 +437,9 @@ def evaluate(traces: Sequence[RunTrace], baselines: Mapping[str, Rule] | None = 
     -------
     pandas.DataFrame
         Columns ``run_id, source, set, rule, threshold, checks, stop_step, saved,
-        regret, flip_rate, flip_back``; ``threshold`` is NaN for the default rule
-        and the baselines.
+        regret, dip_stop, stop_reason, flip_rate, flip_back``; ``threshold`` is NaN for the default rule
+        and the baselines; ``stop_reason`` is the default rule's reason for its stop
+        (:func:`bayes_grpo.stopping.stop_reason`; empty for other rules and runs not stopped).
 
     Example
     -------
@@ -399,7 +448,8 @@ def evaluate(traces: Sequence[RunTrace], baselines: Mapping[str, Rule] | None = 
     rules = baseline_rules() if baselines is None else baselines
     rows = []
     for tr in traces:
-        rows.append(_row(tr, DEFAULT_RULE, np.nan, tr.default))
+        reasons = np.array([stop_reason(e) for e in tr.evidence]) if len(tr.evidence) == tr.indices.size else None
+        rows.append(_row(tr, DEFAULT_RULE, np.nan, tr.default, reasons))
         rows += [_row(tr, "bayes_grpo threshold", t, d) for t, d in zip(tr.thresholds, tr.by_threshold)]
         rows += [_row(tr, name, np.nan, rule(tr)) for name, rule in rules.items()]
     return pd.DataFrame(rows)
@@ -419,7 +469,8 @@ def summarise(results: pd.DataFrame, by: Sequence[str] = ("rule", "threshold")) 
     -------
     pandas.DataFrame
         Columns ``runs, mean_saved, median_saved, median_regret,
-        share_regret_gt_0.05, share_regret_gt_0.10, share_stopped, flip_rate,
+        share_regret_gt_0.05, share_regret_gt_0.10, share_stopped, share_dip_stops
+        (stops inside a dip the run recovered from, :func:`stopped_in_recovering_dip`), flip_rate,
         share_flip_back`` per group, in the order rules first appear.
 
     Example
@@ -435,6 +486,7 @@ def summarise(results: pd.DataFrame, by: Sequence[str] = ("rule", "threshold")) 
             "median_regret": grouped["regret"].median(),
             **{f"share_regret_gt_{limit:.2f}": grouped["regret"].apply(lambda r, v=limit: float(np.mean(r > v))) for limit in REGRET_LIMITS},
             "share_stopped": grouped["saved"].apply(lambda s: float(np.mean(s > 0))),
+            "share_dip_stops": grouped["dip_stop"].mean(),
             "flip_rate": grouped["flip_rate"].mean(),
             "share_flip_back": grouped["flip_back"].mean(),
         }
@@ -480,6 +532,7 @@ def summarise_source_capped(results: pd.DataFrame, by: Sequence[str] = ("rule", 
             "median_regret": measures.weighted_quantile(part["regret"], 0.5, w),
             **share,
             "share_stopped": float(np.average(part["saved"] > 0, weights=w)),
+            "share_dip_stops": float(np.average(part["dip_stop"].astype(float), weights=w)),
             "flip_rate": float(np.average(part["flip_rate"], weights=w)),
             "share_flip_back": float(np.average(part["flip_back"].astype(float), weights=w)),
         })  # fmt: skip
@@ -553,6 +606,19 @@ def selection_grid(
     return [RuleSetting(t, tol, f) for t in thresholds for tol in tolerances for f in min_fractions]
 
 
+def setting_reasons(tr: RunTrace, setting: RuleSetting) -> np.ndarray:
+    """The reason (:func:`bayes_grpo.stopping.stop_reason`) of ``setting`` at each check of ``tr``, from its stored evidence.
+
+    Example
+    -------
+    >>> setting_reasons(tr, RuleSetting(0.9, 0.01, 0.3))  # doctest: +SKIP
+    """
+    return np.array(
+        [stop_reason(e, threshold=setting.threshold, tolerance=setting.tolerance, min_fraction=setting.min_fraction) for e in tr.evidence],
+        dtype=str,
+    )
+
+
 def setting_decisions(tr: RunTrace, setting: RuleSetting) -> np.ndarray:
     """The decision of ``setting`` at each check of ``tr``, from its stored evidence (no new forecast).
 
@@ -560,10 +626,7 @@ def setting_decisions(tr: RunTrace, setting: RuleSetting) -> np.ndarray:
     -------
     >>> setting_decisions(tr, RuleSetting(0.9, 0.01, 0.3))  # doctest: +SKIP
     """
-    return np.array(
-        [threshold_stop(e, threshold=setting.threshold, tolerance=setting.tolerance, min_fraction=setting.min_fraction) for e in tr.evidence],
-        dtype=bool,
-    )
+    return np.isin(setting_reasons(tr, setting), sorted(STOP_REASONS))
 
 
 @dataclass
@@ -587,6 +650,7 @@ def nested_selection(
     *,
     max_bad_share: float = MAX_BAD_SHARE,
     limit: float = ORACLE_REGRET,
+    cap: float | None = SOURCE_CAP,
 ) -> NestedSelection:
     """Choose the rule's setting on the other folds, score it on the held-out fold, for every fold.
 
@@ -594,6 +658,9 @@ def nested_selection(
     the chosen setting is the one with the largest mean share of steps saved
     among those with at most ``max_bad_share`` of runs above ``limit`` regret;
     when none qualifies, the one with the fewest such runs (then the most saved).
+    Means and shares count each source as at most ``cap`` runs (a run of a source
+    with ``n`` training runs weighs ``min(1, cap / n)``), so a sweep of many runs of
+    one recipe cannot choose the setting for everyone else.
     Ties go to the earlier setting of ``settings``. The held-out runs are then
     scored with it, so the pooled held-out figures are an honest estimate of
     the selected rule on unseen sources. Every check's forecast is computed once
@@ -609,6 +676,8 @@ def nested_selection(
         Largest share of training runs allowed above ``limit`` regret.
     limit : float
         The regret a stop must not exceed.
+    cap : float or None
+        Most runs a source counts as in the choice and the fold figures (None: every run once).
 
     Returns
     -------
@@ -629,31 +698,46 @@ def nested_selection(
         raise BayesGrpoError("nested selection needs traces from at least two folds and at least one setting")
     if any(len(tr.evidence) != tr.indices.size for tr in traces):
         raise BayesGrpoError("nested selection needs the evidence of every check (traces from bayes_grpo.backtest.trace)")
-    decisions = [[setting_decisions(tr, s) for tr in traces] for s in settings]
-    scores = [[score(tr.run, _first_stop(tr, d)) for tr, d in zip(traces, row)] for row in decisions]
+    reasons = [[setting_reasons(tr, s) for tr in traces] for s in settings]
+    decisions = [[np.isin(r, sorted(STOP_REASONS)) for r in row] for row in reasons]
+    scored: dict[tuple[int, int | None], dict[str, Any]] = {}  # many settings stop a run at the same check
+    for row in decisions:
+        for j, d in enumerate(row):
+            stop = _first_stop(traces[j], d)
+            if (j, stop) not in scored:
+                scored[j, stop] = score(traces[j].run, stop)
+    scores = [[scored[j, _first_stop(traces[j], d)] for j, d in enumerate(row)] for row in decisions]
     saved = np.array([[sc["saved"] for sc in row] for row in scores])
     bad = np.array([[sc["regret"] > limit for sc in row] for row in scores])
     fold_of = np.array([tr.fold for tr in traces])
+    sources = pd.Series([tr.source for tr in traces])
+
+    def weights(runs: np.ndarray) -> np.ndarray:
+        if cap is None:
+            return np.ones(runs.size)
+        return source_weights(pd.DataFrame({"source": sources[runs].to_numpy()}), cap=cap).to_numpy()
+
     rows, picks = [], []
     for fold in folds:
-        train, held = fold_of != fold, np.flatnonzero(fold_of == fold)
-        train_saved, train_bad = saved[:, train].mean(axis=1), bad[:, train].mean(axis=1)
+        train, held = np.flatnonzero(fold_of != fold), np.flatnonzero(fold_of == fold)
+        w_train, w_held = weights(train), weights(held)
+        train_saved, train_bad = saved[:, train] @ w_train / w_train.sum(), bad[:, train] @ w_train / w_train.sum()
         feasible = train_bad <= max_bad_share + 1e-12
         # np.lexsort sorts by its last key first: feasible settings first (else the fewest bad stops), then the most saved, then grid order.
         first_key = ~feasible if feasible.any() else train_bad
         best = int(np.lexsort((np.arange(len(settings)), -train_saved, first_key))[0])
-        rows += [_row(traces[j], NESTED_RULE, np.nan, decisions[best][j]) for j in held]
+        rows += [_row(traces[j], NESTED_RULE, np.nan, decisions[best][j], reasons[best][j]) for j in held]
         picks.append(
             {
                 "fold": fold,
                 **asdict(settings[best]),
                 "feasible": bool(feasible[best]),
-                "train_runs": int(train.sum()),
+                "train_runs": int(train.size),
                 "train_mean_saved": float(train_saved[best]),
                 f"train_share_regret_gt_{limit:.2f}": float(train_bad[best]),
                 "held_out_runs": int(held.size),
-                "held_out_mean_saved": float(saved[best, held].mean()),
-                f"held_out_share_regret_gt_{limit:.2f}": float(bad[best, held].mean()),
+                "held_out_mean_saved": float(saved[best, held] @ w_held / w_held.sum()),
+                f"held_out_share_regret_gt_{limit:.2f}": float(bad[best, held] @ w_held / w_held.sum()),
             }
         )
     return NestedSelection(results=pd.DataFrame(rows), picks=pd.DataFrame(picks))

@@ -35,11 +35,22 @@ def test_checks_every_two_percent_from_ten_percent_never_at_the_end() -> None:
 
 def test_score_uses_the_measures_regret_and_saved_share() -> None:
     run = _run(RISE_THEN_FLAT)
-    assert backtest.score(run, None) == {"stop_step": 100, "saved": 0.0, "regret": 0.0}
+    assert backtest.score(run, None) == {"stop_step": 100, "saved": 0.0, "regret": 0.0, "dip_stop": False}
     early = backtest.score(run, 19)
     assert early["stop_step"] == 20 and early["saved"] == pytest.approx(0.8)
     assert early["regret"] == pytest.approx(measures.regret(run.steps, run.rewards, 20)) and early["regret"] > 0.5
     assert abs(backtest.score(run, 89)["regret"]) < 0.01
+
+
+def test_a_stop_inside_a_dip_that_recovers_is_flagged() -> None:
+    steps = np.arange(1, 201)
+    dip = _run(np.r_[np.linspace(0.0, 1.0, 50), np.ones(150)] - 0.5 * np.clip(1 - np.abs(steps - 120) / 30, 0, None))
+    assert backtest.stopped_in_recovering_dip(dip, 120)  # at the bottom of the dip; the run gets back to 1 afterwards
+    assert backtest.score(dip, 119)["dip_stop"] and backtest.score(dip, 119)["regret"] > 0.05
+    assert not backtest.stopped_in_recovering_dip(dip, 40)  # during the rise: no dip
+    assert not backtest.stopped_in_recovering_dip(dip, 180)  # after the recovery
+    fall = _run(np.r_[np.linspace(0.0, 1.0, 50), np.linspace(1.0, 0.3, 150)])
+    assert not backtest.stopped_in_recovering_dip(fall, 120)  # a fall that never comes back is not a dip
 
 
 def _trace(run: bg.RunLog, default: np.ndarray | None = None) -> backtest.RunTrace:
@@ -101,7 +112,10 @@ def _evidence_trace(run: bg.RunLog, fold: int) -> backtest.RunTrace:
     tr = _trace(run)
     tr.fold = fold
     tr.evidence = [
-        StopEvidence(step=int(run.steps[i]), total_steps=int(run.steps[-1]), gain=np.zeros(50), spread=1.0, best_step=int(run.steps[i]), drop=0.0, drop_se=0.0)
+        StopEvidence(
+            step=int(run.steps[i]), total_steps=int(run.steps[-1]), gain=np.zeros(50), rise=np.zeros(50), spread=1.0,
+            best_step=int(run.steps[i]), drop=0.0, drop_se=0.0, recovery=1.0,
+        )
         for i in tr.indices
     ]
     return tr

@@ -1,4 +1,4 @@
-"""The plateau stopping rule: remaining gain, reward scale, probability and decisions."""
+"""The stopping rule: remaining gain, reward scale, the rise, dip and fall questions, and decisions."""
 
 from __future__ import annotations
 
@@ -15,17 +15,21 @@ from bayes_grpo import measures
 from bayes_grpo.errors import ModelError
 from bayes_grpo.forecast import Forecast
 from bayes_grpo.prepare import prepare_run
+from bayes_grpo.settings import shared_runs_dir
 from bayes_grpo.stopping import (
     MIN_STOP_FRACTION,
+    RISE_WINDOW,
+    STOP_REASONS,
     below_best,
     decision_from_forecast,
-    fallen,
     probability_from_forecast,
+    recovery_probability,
     remaining_gain,
     reward_scale,
+    rise_probability,
     stop_evidence,
+    stop_reason,
     threshold_stop,
-    trend_gain,
 )
 
 
@@ -34,15 +38,15 @@ def _run(rewards: np.ndarray, reward_range: tuple[float, float] | None = None, t
     return bg.read_log(frame, total_steps=total, reward_range=reward_range, run_id="t")
 
 
-def _forecast(draws: np.ndarray, run: bg.RunLog, steps: np.ndarray, current: np.ndarray) -> Forecast:
-    """A hand-made forecast: ``draws`` (n, len(steps)) trajectories, ``current`` the level at the last step."""
+def _forecast(draws: np.ndarray, run: bg.RunLog, steps: np.ndarray, current: np.ndarray, curves: np.ndarray | None = None) -> Forecast:
+    """A hand-made forecast: ``draws`` (n, len(steps)) trajectories (and curves, unless given), ``current`` the level at the last step."""
     prepared = prepare_run(run)
     n = draws.shape[0]
     return Forecast(
         run_id=run.run_id,
         steps=steps.astype(float),
         draws=draws,
-        curves=draws,
+        curves=draws if curves is None else curves,
         total_steps=int(steps[-1]),
         observed_steps=run.steps,
         observed_rewards=run.rewards,
@@ -64,24 +68,28 @@ def _rising(rise: np.ndarray) -> Forecast:
     return _forecast(0.5 + rise[:, None] * frac[None], FLAT_RUN, STEPS, np.full(rise.size, 0.5))
 
 
-def test_remaining_gain_uses_the_best_future_level_and_is_never_negative() -> None:
+def test_remaining_gain_is_the_curves_final_window_level_minus_now() -> None:
     frac = (STEPS - 40) / 60
     up_then_down = 0.5 + 0.2 * np.sin(np.pi * frac)  # back to 0.5 at the end
     falling = 0.5 - 0.3 * frac
-    fc = _forecast(np.vstack([up_then_down, falling]), FLAT_RUN, STEPS, np.full(2, 0.5))
-    gain = remaining_gain(fc)
-    assert gain[0] == pytest.approx(0.2, abs=1e-3)
-    assert gain[1] == 0.0
+    rising = 0.5 + 0.3 * frac
+    fc = _forecast(np.vstack([up_then_down, falling, rising]), FLAT_RUN, STEPS, np.full(3, 0.5))
+    window = fc.final_window_steps()
+    assert window[0] > 90 and window[-1] == 100
+    expected = np.array([np.mean(np.interp(window, STEPS, row)) for row in fc.curves]) - 0.5
+    assert remaining_gain(fc) == pytest.approx(expected)
+    assert remaining_gain(fc)[1] < 0 < remaining_gain(fc)[2]  # a falling forecast says so: no floor at zero
 
 
-def test_a_clear_recent_rise_in_the_data_counts_as_remaining_gain() -> None:
-    saturated = np.full((3, STEPS.size), 0.5)  # the curve says: nothing left
-    rising = _forecast(saturated, RUN, STEPS, np.full(3, 0.5))
-    slope = 0.4 / 39
-    window = 20  # last half of 40 logged steps
-    assert trend_gain(rising) == pytest.approx(slope * (window - 1), rel=0.15)
-    assert np.all(remaining_gain(rising) == trend_gain(rising))
-    assert trend_gain(_forecast(saturated, FLAT_RUN, STEPS, np.full(3, 0.5))) == 0.0
+def test_the_gain_is_the_curve_not_the_wander_and_no_trend_floor() -> None:
+    """The trajectories' wander does not enter the gain, and a log that climbed does not floor it: the forecast speaks."""
+    rng = np.random.default_rng(0)
+    curves = np.full((400, STEPS.size), 0.5)  # the curves say: nothing left
+    wander = np.cumsum(0.02 * rng.standard_normal((400, STEPS.size)), axis=1)
+    fc = _forecast(curves + wander, RUN, STEPS, np.full(400, 0.5), curves=curves)  # RUN climbed from 0.1 to 0.5
+    assert np.all(remaining_gain(fc) == 0.0)
+    decision = decision_from_forecast(fc, min_fraction=0.0)
+    assert decision.expected_gain == 0.0 and decision.gain_interval == (0.0, 0.0) and decision.should_stop
 
 
 def test_scale_is_the_logged_spread_or_the_declared_range() -> None:
@@ -118,7 +126,8 @@ def test_probability_is_monotone_in_tolerance(rise: list[float], tolerances: lis
 
 def test_threshold_decision_fields_and_explanation() -> None:
     flat = decision_from_forecast(_rising(np.full(100, 0.0001)), threshold=0.9, tolerance=0.01, min_fraction=0.0)
-    assert flat.should_stop and flat.probability == 1.0
+    assert flat.should_stop and flat.probability == 1.0 and flat.reason == "plateau"
+    assert flat.rise_probability == 0.0 and not below_best(_rising(np.full(100, 0.0001)))
     assert flat.step == 40 and flat.total_steps == 100 and flat.compute_saved == pytest.approx(0.6)
     assert flat.gain_interval[0] <= flat.expected_gain <= flat.gain_interval[1]
     assert flat.plateau_step == 50.0
@@ -126,7 +135,8 @@ def test_threshold_decision_fields_and_explanation() -> None:
     assert flat.explain().startswith("Stop now") and "\n" not in flat.explain()
     json.dumps(flat.to_dict())
     rising = decision_from_forecast(_rising(np.linspace(0.0, 0.3, 100)), threshold=0.9, tolerance=0.01, min_fraction=0.0)
-    assert not rising.should_stop and rising.explain().startswith("Keep training")
+    assert not rising.should_stop and rising.reason == "rising" and rising.explain().startswith("Keep training")
+    assert "still rising" in rising.explain()
     assert rising.best_step == flat.best_step  # named from the logged rewards, whatever the decision
 
 
@@ -161,13 +171,14 @@ def test_one_dip_below_a_plateau_is_not_a_decline() -> None:
 
 
 def test_decision_theoretic_mode_weighs_value_against_cost() -> None:
-    fc = _rising(np.full(10, 0.3))  # +0.3 reward over the 60 remaining steps
-    cheap = decision_from_forecast(fc, value_per_reward=100.0, cost_per_step=0.1)  # value 30 > cost 6
-    dear = decision_from_forecast(fc, value_per_reward=100.0, cost_per_step=1.0)  # value 30 < cost 60
+    fc = _rising(np.full(10, 0.3))  # +0.3 reward over the 60 remaining steps: +0.2775 over the final window (steps 91-100)
+    cheap = decision_from_forecast(fc, value_per_reward=100.0, cost_per_step=0.1)  # value 27.75 > cost 6
+    dear = decision_from_forecast(fc, value_per_reward=100.0, cost_per_step=1.0)  # value 27.75 < cost 60
     assert not cheap.should_stop and cheap.optimal_stop_step == 100
     assert dear.should_stop and dear.optimal_stop_step == 40
     assert "optimal stop at step 40" in dear.explain()
-    assert dear.value_of_gain == pytest.approx(30.0) and dear.cost_of_rest == pytest.approx(60.0)
+    assert dear.value_of_gain == pytest.approx(27.75) and dear.cost_of_rest == pytest.approx(60.0)
+    assert dear.reason == "value" and cheap.reason == "gain"
     with pytest.raises(ModelError):
         decision_from_forecast(fc, value_per_reward=1.0)
 
@@ -242,53 +253,145 @@ def test_one_dip_on_a_plateau_gives_the_same_decision_as_without_it(dip_at: int)
     assert not below_best(model.forecast(_plateau_run(700, 1000, dip_at=dip_at), n_draws=300))
 
 
-def test_a_run_that_fell_from_its_peak_stops_and_keeps_the_peak() -> None:
-    run = _peaked_run(0)  # 0.2 -> 0.7 at step 250 -> 0.21 at step 600, of 800 planned
-    fc = _forecast(np.full((3, 201), 0.2), run, np.arange(600, 801), np.full(3, 0.2))
+def _fallen_forecast(level_after: np.ndarray) -> Forecast:
+    """The peaked run (best 0.7 near step 250, 0.2 at step 600 of 800): flat curves at 0.2, and trajectory draws
+    that wander from 0.2 to ``level_after[i]`` by step 800."""
+    frac = (np.arange(600, 801) - 600) / 200
+    draws = 0.2 + (level_after[:, None] - 0.2) * frac[None]
+    return _forecast(draws, _peaked_run(0), np.arange(600, 801), np.full(level_after.size, 0.2), curves=np.full_like(draws, 0.2))
+
+
+def test_recovery_probability_is_the_share_of_draws_that_get_back_to_the_best() -> None:
+    fc = _fallen_forecast(np.array([0.2, 0.3, 0.8, 0.9]))  # two of four draws climb past the best (about 0.69)
+    assert recovery_probability(fc) == 0.5
+    at_best = _forecast(np.full((3, STEPS.size), 0.5), RUN, STEPS, np.full(3, 0.5))  # RUN climbs to its last step
+    assert recovery_probability(at_best) == 1.0  # nothing to recover
+
+
+def test_a_persistent_fall_stops_and_keeps_the_peak() -> None:
+    fc = _fallen_forecast(np.full(3, 0.2))  # no draw gets back
     decision = decision_from_forecast(fc)
-    assert decision.probability == 1.0 and below_best(fc) and decision.declining
-    assert decision.should_stop and 180 <= decision.best_step <= 330
-    assert f"peaked at step {decision.best_step}" in decision.explain() and "keep that checkpoint" in decision.explain()
+    assert decision.recovery_probability == 0.0 and below_best(fc) and decision.declining
+    assert decision.should_stop and decision.reason == "fall" and 180 <= decision.best_step <= 330
+    text = decision.explain()
+    assert f"peaked at step {decision.best_step}" in text and "keep that checkpoint" in text and "decline persists" in text
+    assert not decision_from_forecast(fc, min_fraction=0.8).should_stop  # 600 of 800 logged: too early
 
 
-def test_a_run_that_fell_stops_even_when_its_forecast_rises_again() -> None:
-    run = _peaked_run(0)
-    recovering = _forecast(np.linspace(0.2, 0.7, 201)[None].repeat(3, axis=0), run, np.arange(600, 801), np.full(3, 0.2))
-    assert fallen(recovering)
-    decision = decision_from_forecast(recovering)
-    assert decision.probability == 0.0 and decision.should_stop and 180 <= decision.best_step <= 330
-    assert "fallen from its peak" in decision.explain()
-    assert not decision_from_forecast(recovering, min_fraction=0.8).should_stop  # 600 of 800 logged: too early
-    assert not fallen(_forecast(np.full((3, 61), 0.5), FLAT_RUN, STEPS, np.full(3, 0.5)))
+def test_a_fall_the_forecast_gets_back_from_is_a_dip_not_a_decline() -> None:
+    fc = _fallen_forecast(np.array([0.2, 0.75, 0.8]))  # two in three draws get back to the best
+    decision = decision_from_forecast(fc)
+    assert decision.recovery_probability == pytest.approx(2 / 3) and below_best(fc)
+    assert not decision.should_stop and decision.reason == "dip" and 180 <= decision.best_step <= 330
+    assert "a dip is not a decline" in decision.explain()
+    # The same at a threshold of 0.5: the fall stops once fewer than half of the draws get back.
+    assert decision_from_forecast(_fallen_forecast(np.array([0.2, 0.2, 0.8])), threshold=0.5).reason == "fall"
 
 
 @pytest.mark.parametrize(("threshold", "tolerance", "min_fraction"), [(0.9, 0.01, 0.0), (0.5, 0.3, 0.0), (0.9, 0.01, 0.5), (0.99, 0.001, 0.7)])
 def test_threshold_stop_on_stored_evidence_is_the_decision(threshold: float, tolerance: float, min_fraction: float) -> None:
-    peaked = _peaked_run(0)
     forecasts = [
         _rising(np.full(100, 0.0001)),
         _rising(np.linspace(0.0, 0.3, 100)),
-        _forecast(np.linspace(0.2, 0.7, 201)[None].repeat(3, axis=0), peaked, np.arange(600, 801), np.full(3, 0.2)),  # fallen
+        _fallen_forecast(np.full(3, 0.2)),
+        _fallen_forecast(np.array([0.2, 0.75, 0.8])),
     ]
     decisions = []
     for fc in forecasts:
         evidence = stop_evidence(fc)
         decision = decision_from_forecast(fc, threshold=threshold, tolerance=tolerance, min_fraction=min_fraction)
+        assert stop_reason(evidence, threshold=threshold, tolerance=tolerance, min_fraction=min_fraction) == decision.reason
         assert threshold_stop(evidence, threshold=threshold, tolerance=tolerance, min_fraction=min_fraction) == decision.should_stop
+        assert decision.should_stop == (decision.reason in STOP_REASONS)
         assert evidence.probability(tolerance) == decision.probability == probability_from_forecast(fc, tolerance)
-        assert evidence.best_step == decision.best_step
+        assert evidence.rise_probability(tolerance) == decision.rise_probability == rise_probability(fc, tolerance)
+        assert evidence.best_step == decision.best_step and evidence.recovery == decision.recovery_probability
         decisions.append(decision.should_stop)
-    assert decisions[2] == (min_fraction <= 0.75)  # 600 of 800 steps logged
+    assert decisions[2] == (min_fraction <= 0.75)  # a persistent fall, 600 of 800 steps logged
+    assert not decisions[3]  # two in three draws get back: a dip at every threshold here
 
 
-def test_a_run_in_a_dip_waits_for_it_to_recover_or_deepen() -> None:
+def test_no_stop_while_the_curve_still_rises_just_ahead() -> None:
+    """One draw in 50 rises by 0.3 just ahead: at 0.99 that is too likely a rise to stop on, at 0.9 it is not."""
+    rise = np.zeros(50)
+    rise[0] = 0.3
+    fc = _rising(rise)
+    assert rise_probability(fc) == pytest.approx(0.02)
+    assert decision_from_forecast(fc, min_fraction=0.0).reason == "rising"
+    assert decision_from_forecast(fc, threshold=0.9, min_fraction=0.0).reason == "plateau"
+    assert RISE_WINDOW * 100 < 60  # the rise is measured over the next 8 of the 60 remaining steps
+
+
+def test_a_run_in_a_dip_is_not_called_a_plateau() -> None:
     run = _plateau_run(700, 1000)
     rewards = run.rewards.copy()
     rewards[640:] -= 0.1  # a sustained dip, small next to the run's spread
     dipped = _run(rewards, reward_range=(0.0, 1.0), total=1000)
-    fc = _forecast(np.full((3, 301), 0.6), dipped, np.arange(700, 1001), np.full(3, 0.6))
-    decision = decision_from_forecast(fc)
-    assert decision.probability == 1.0 and below_best(fc)
-    assert not decision.should_stop and "not trusted yet" in decision.explain()
+    back = _forecast(np.linspace(0.6, 0.7, 301)[None].repeat(3, axis=0), dipped, np.arange(700, 1001), np.full(3, 0.6), curves=np.full((3, 301), 0.6))
+    decision = decision_from_forecast(back)
+    assert decision.probability == 1.0 and below_best(back) and decision.recovery_probability == 1.0
+    assert not decision.should_stop and decision.reason == "dip" and "a dip is not a decline" in decision.explain()
+    stays = _forecast(np.full((3, 301), 0.6), dipped, np.arange(700, 1001), np.full(3, 0.6))
+    assert decision_from_forecast(stays).reason == "fall"  # no draw gets back: the fall persists
     flat = _forecast(np.full((3, 301), 0.7), run, np.arange(700, 1001), np.full(3, 0.7))
-    assert decision_from_forecast(flat).should_stop  # the same run without the dip stops
+    assert decision_from_forecast(flat).reason == "plateau"  # the same run without the dip
+
+
+def _dip_run(depth: float, seed: int = 0) -> bg.RunLog:
+    """A plateau at 0.7 from about step 300 of 1000, with a V-shaped dip of ``depth`` over steps 500-650 that recovers."""
+    rng = np.random.default_rng(seed)
+    steps = np.arange(1, 1001)
+    mean = 0.2 + 0.5 * (1 - np.exp(-steps / 80.0)) - depth * np.clip(1 - np.abs(steps - 575) / 75, 0, None)
+    frame = pd.DataFrame({"step": steps, "reward": mean + 0.03 * rng.standard_normal(steps.size)})
+    return bg.read_log(frame, run_id="dip", family="qwen", params_b=1.5, total_steps=1000, reward_range=(0.0, 1.0))
+
+
+@pytest.mark.parametrize("depth", [0.1, 0.2])
+def test_a_dip_that_recovers_is_not_stopped_inside_it(depth: float) -> None:
+    model = _model_or_skip()
+    run = _dip_run(depth)
+    for cut in (580, 610, 640):
+        decision = model.stop_decision(run.head(cut), n_draws=500, seed=1)
+        assert not decision.should_stop, decision.explain()
+        assert decision.best_step < 520  # the checkpoint to keep is before the dip
+
+
+def test_a_straight_rise_cut_halfway_is_still_rising() -> None:
+    model = _model_or_skip()
+    rng = np.random.default_rng(2)
+    steps = np.arange(1, 101)
+    frame = pd.DataFrame({"step": steps, "reward": 0.1 + 0.8 * steps / 200 + 0.08 * rng.standard_normal(100)})
+    run = bg.read_log(frame, run_id="straight", family="qwen", params_b=1.5, total_steps=200, reward_range=(0.0, 1.0))
+    decision = model.stop_decision(run, n_draws=500)
+    assert not decision.should_stop and decision.expected_gain > 0
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_gain_interval_holds_its_mean_and_agrees_with_the_forecast(seed: int) -> None:
+    model = _model_or_skip()
+    for run in (_plateau_run(300, 1000, seed), _peaked_run(seed), _dip_run(0.2, seed).head(600)):
+        fc = model.forecast(run, n_draws=1000, seed=seed)
+        decision = decision_from_forecast(fc)
+        lo, hi = decision.gain_interval
+        assert lo <= decision.expected_gain <= hi
+        implied = fc.final.mean - float(np.mean(fc.current))  # the gain the forecast's own final reward implies
+        assert decision.expected_gain == pytest.approx(implied, abs=0.05 * measures.reward_spread(run.rewards))
+
+
+QWEN3_RUN = "tonywang1990_qwen3-1.7b_gsm8k_mu_2"
+
+
+def test_a_real_qwen3_run_reports_a_gain_inside_its_interval_and_the_forecasts() -> None:
+    """At step 35 of 50 the log's linear trend used to floor every draw's gain: 0.481 (90% interval 0.481 to 0.481),
+    against 0.136 implied by the forecast's final reward."""
+    folder = shared_runs_dir()
+    if folder is None or not (folder / "runs" / f"{QWEN3_RUN}.csv").exists():
+        pytest.skip("needs the shared external runs (../shared/external_runs)")
+    model = _model_or_skip()
+    run = bg.read_log(folder / "runs" / f"{QWEN3_RUN}.csv", family="qwen", params_b=1.72, total_steps=50)
+    fc = model.forecast(run.head(35), seed=0)
+    decision = decision_from_forecast(fc)
+    lo, hi = decision.gain_interval
+    assert lo < decision.expected_gain < hi
+    assert decision.expected_gain == pytest.approx(fc.final.mean - float(np.mean(fc.current)), abs=0.05 * decision.scale)
+    assert f"expected further gain {decision.expected_gain:.3g} (90% interval {lo:.3g} to {hi:.3g})" in decision.explain()
