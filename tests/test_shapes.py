@@ -180,10 +180,11 @@ def test_early_plateau_is_covered_and_may_be_stopped():
     assert row["stop"], f"{_shown(row)}; the rule did not stop a run flat since 20% of its steps"
 
 
-def test_no_stop_inside_a_dip_that_recovers():
+@pytest.mark.parametrize("noise", shapes.NOISES)
+def test_no_stop_inside_a_dip_that_recovers(noise):
     import bayes_grpo as bg
 
-    run = shapes.make_run("dip", 250, 0.05, seed=0)
+    run = shapes.make_run("dip", 250, noise, seed=0)
     inside = [step for step in range(80, 145, 5) if shapes.in_dip("dip", step, 250)]  # every 2% of the run through the dip
     stops = [step for step in inside if bg.default_model().stop_decision(run.head(step), total_steps=250, seed=0).should_stop]
     lo, hi = shapes.SHAPES["dip"].dip
