@@ -561,7 +561,7 @@ def tradeoff_figure(summary: pd.DataFrame, title: str = "") -> Figure:
 
     x, y = "share_regret_gt_0.05", "mean_saved"
     fig, ax = plt.subplots(figsize=(7, 4.6), layout="constrained")
-    ax.add_patch(plt.Rectangle((0, 0.30), 0.10, 0.70, color="C2", alpha=0.12, lw=0, label="target (<= 10%, >= 30%)"))
+    ax.add_patch(plt.Rectangle((0, 0.25), 0.10, 0.75, color="C2", alpha=0.12, lw=0, label="target (<= 10%, >= 25%)"))
     sweep = summary[summary["rule"] == "bayes_grpo threshold"].sort_values("threshold")
     ax.plot(sweep[x], sweep[y], "o-", color="C0", label="bayes_grpo, threshold sweep")
     for _, row in sweep.iterrows():
