@@ -3,11 +3,13 @@
 Every run is replayed as a live rule would see it. The replay's horizon is the
 run as it was trained (its last logged step). Checks happen every 2% of the
 steps from 10% on (:func:`check_indices`); each check sees only the steps logged
-so far (``RunLog.head``) and asks the Bayesian rule for a decision, at its default
-settings and at each threshold of a sweep: the threshold mode of
-:func:`bayes_grpo.stopping.decision_from_forecast`, applied to the check's
-:class:`~bayes_grpo.stopping.StopEvidence` (one forecast, computed once, serves every setting). A
-rule stops the run at the first check that says stop.
+so far (``RunLog.head``), forecasts the rest once, and keeps the forecast's
+:class:`~bayes_grpo.stopping.StopEvidence`: the Bayesian rule's decision at its
+default settings and at each threshold of a sweep
+(:func:`bayes_grpo.stopping.stop_reason`, the threshold mode of
+:func:`bayes_grpo.stopping.decision_from_forecast`) comes from that one
+forecast. A rule stops the run at the first check that says stop; the results
+record why the Bayesian rule stopped (a plateau, a fall, the end).
 
 The model behind each run's forecasts was fitted **without the run's source**
 (cross-validation grouped by source, :func:`bayes_grpo.calibration.grouped_folds`);
@@ -16,23 +18,30 @@ folds run through :func:`bayes_grpo.parallel.map_jobs`. With a cache folder
 model code, the training runs and the sampler settings, so trying a new rule
 costs only the replay's forecasts.
 
-Scores, from the full logged run (never shown to a rule; all in :mod:`bayes_grpo.measures`):
+Scores, from the full logged run (never shown to a rule; all on the smoother of :mod:`bayes_grpo.measures`):
 
 * **regret** of a stop at step s: (S at the last step - S at s) / the run's 10-90%
   reward spread, S the Gaussian-kernel smoother of the whole run (bandwidth 8%
   of its steps); 0 for a run never stopped (:func:`bayes_grpo.measures.regret`);
 * **saved**: (last step - s) / last step;
+* **dip stop**: the stop fell inside a dip the run later recovered from
+  (:func:`stopped_in_recovering_dip`): what a rule that mistakes a dip for a
+  decline does;
 * **flips**: the share of consecutive checks whose decisions differ.
 
 Summaries count every run once (:func:`summarise`) or each source as at most
-:data:`~bayes_grpo.calibration.SOURCE_CAP` runs (:func:`summarise_source_capped`).
+:data:`~bayes_grpo.calibration.SOURCE_CAP` runs (:func:`summarise_source_capped`),
+so a sweep of many runs of one recipe does not outvote single runs of many others.
+The targets the rule is judged on: at most 10% of runs above 0.05 regret, at least
+25% of the steps saved, no stop inside a recovering dip.
 
 **Nested selection** (:func:`nested_selection`): every check keeps its
 :class:`~bayes_grpo.stopping.StopEvidence`, so a grid of the rule's settings
 (threshold, tolerance, minimum fraction) is scored without new forecasts; each
 fold gets the setting that saves the most steps on the other folds with at most
-10% of their runs above 0.05 regret, and the pooled held-out figures
-(:data:`NESTED_RULE`) are the honest estimate of choosing the rule this way.
+10% of their runs above 0.05 regret (each source counted as at most three runs),
+and the pooled held-out figures (:data:`NESTED_RULE`) are the honest estimate of
+choosing the rule this way.
 
 Baselines: stopping at fixed fractions (40/60/80/90%), the paper's "80% of an
 epoch" (arXiv 2507.18014; :func:`epoch_fraction`: the run's declared
@@ -41,7 +50,6 @@ causally smoothed reward (like ``EarlyStoppingCallback``), Optuna's
 ``PatientPruner``, and the hindsight oracle (the first check whose regret is at
 most 0.05), which knows the future and bounds what any rule can save.
 """
-
 from __future__ import annotations
 
 import time
