@@ -50,6 +50,7 @@ causally smoothed reward (like ``EarlyStoppingCallback``), Optuna's
 ``PatientPruner``, and the hindsight oracle (the first check whose regret is at
 most 0.05), which knows the future and bounds what any rule can save.
 """
+
 from __future__ import annotations
 
 import time
