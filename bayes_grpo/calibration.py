@@ -86,6 +86,9 @@ SCORED_SETS: tuple[str, ...] = get_args(ScoredSet)
 SOURCE_CAP = 3
 #: The package's files whose contents decide what a fit returns: a change in any of them refits a cached fold.
 MODEL_CODE_FILES = ("config.py", "curves.py", "population.py", "prepare.py", "model.py")
+#: In these files only the named top-level definitions decide what a fit returns (``model.py`` also holds
+#: the fitted model's forecast, ranking and file methods, which a fit never calls).
+FIT_DEFINITIONS = {"model.py": ("fit", "_provenance", "target_accept", "_pick_sampler", "_diagnose", "steps_per_chain")}
 
 
 # ------------------------------------------------------------------ runs and sources
@@ -587,8 +590,8 @@ def fit_fold(train: Sequence[RunLog], fit_options: Mapping[str, Any], seed: int)
             log.setLevel(level)
 
 
-def code_fingerprint(source: str) -> str:
-    """What of a module's source decides what it computes: its syntax tree without docstrings.
+def code_fingerprint(source: str, only: Sequence[str] | None = None) -> str:
+    """What of a module's source decides what it computes: its syntax tree without docstrings (``only``: just those top-level definitions).
 
     Comments, blank lines and line positions are not in the tree, and the docstring of the
     module and of each class and function is dropped, so editing documentation keeps a
@@ -600,6 +603,8 @@ def code_fingerprint(source: str) -> str:
     True
     """
     tree = ast.parse(source)
+    if only is not None:
+        tree.body = [node for node in tree.body if getattr(node, "name", None) in only]
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
@@ -640,7 +645,8 @@ def fold_cache_key(train: Sequence[RunLog], fit_options: Mapping[str, Any], seed
     digest = hashlib.sha256()
     package = Path(__file__).resolve().parent
     for name in MODEL_CODE_FILES:
-        digest.update(name.encode() + b"\0" + code_fingerprint((package / name).read_text()).encode() + b"\0")
+        code = code_fingerprint((package / name).read_text(), FIT_DEFINITIONS.get(name))
+        digest.update(name.encode() + b"\0" + code.encode() + b"\0")
     for run in sorted(train, key=lambda r: r.run_id):
         digest.update(run.run_id.encode() + b"\0")
         digest.update(np.asarray(run.steps, dtype=np.float64).tobytes())
