@@ -299,3 +299,26 @@ def test_the_pruner_works_with_no_arguments_when_trials_describe_themselves(best
         assert _replay(study, best, attrs=attrs) == (False, TOTAL)
         pruned, step = _replay(study, worst, attrs=attrs)
     assert pruned and step < 0.4 * TOTAL
+
+
+def _late_riser(seed: int, total: int = 100) -> np.ndarray:
+    """Flat for a third of the plan, then a steep rise: the take-off a forecast from 30% of the steps does not see."""
+    t = np.arange(1, total + 1) / total
+    return 0.05 + 1.0 / (1.0 + (0.55 / t) ** 12) + 0.03 * np.random.default_rng(seed).standard_normal(total)
+
+
+@pytest.mark.parametrize("recalibrate", [True, False])
+def test_finished_trials_that_beat_their_forecasts_make_the_pruner_wait(model: bg.FittedModel, recalibrate: bool) -> None:
+    """A finished late riser ended far above its forecast from 30%: recalibrated, a second one is not pruned there."""
+    pruner = ForecastPruner(model, total_steps=100, check_interval=0.1, recalibrate=recalibrate)
+    study = optuna.create_study(direction="maximize", pruner=pruner)
+    first = _late_riser(0)
+    # finished elsewhere (never checked by this pruner): its forecasts from each check are made when needed
+    study.add_trial(optuna.trial.create_trial(value=float(first[-10:].mean()), intermediate_values=dict(enumerate(first.tolist(), start=1))))
+    trial = study.ask()
+    for step, reward in enumerate(_late_riser(1)[:30], start=1):
+        trial.report(float(reward), step)
+    probability, bar = pruner.beat_probability(study, study.trials[-1])  # type: ignore[misc]
+    assert bar == pytest.approx(first[-10:].mean())
+    assert trial.should_prune() is (not recalibrate)
+    assert (probability >= 0.05) is recalibrate

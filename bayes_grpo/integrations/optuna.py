@@ -11,6 +11,20 @@ finished trial's measured final-window mean, a running trial's forecast median
 ``min_fraction`` of its plan). Trials are read from the study's storage, so
 trials of other processes count.
 
+**Recalibration on the study's own trials.** A forecast's upper tail can be too
+thin for a recipe whose runs take off late; the study's finished trials show how
+far. At each check, every finished trial's forecast from the same share of its plan
+(the forecast made at its own check there, or made now) is compared with its
+measured final: its PIT ``u_j``, the forecast probability of a final at most the
+measured one. The rate at which finished trials ended above their forecast's
+``1 - p`` quantile estimates how often a forecast probability ``p`` of ending above
+the bar really comes true: ``(#{j: u_j > 1 - p} + w p) / (n + w)`` over the ``n``
+finished trials, the model's own ``p`` weighing as :data:`MODEL_WEIGHT` trials. The
+pruner uses the larger of ``p`` and that estimate, so the study's trials can only make
+it more cautious: where forecasts have been calibrated (``u_j`` uniform) ``p`` stands;
+where finished trials beat their forecasts' upper tail (a recipe whose runs take off
+late), a trial is not pruned on its forecast alone.
+
 The pruner follows the study's direction: for ``"minimize"`` it forecasts the
 negated values (a falling loss is then a rising curve, the shape the population
 was fitted on) and the bar is the lowest final. Multi-objective studies are not
@@ -35,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+from scipy.stats import norm
 
 from bayes_grpo.errors import BayesGrpoError
 from bayes_grpo.logs import normalise_family, read_log
@@ -57,6 +72,8 @@ if TYPE_CHECKING:
 
 #: Fewest reported values a trial needs before it is forecast (fewer barely constrain its curve).
 MIN_POINTS = 5
+#: How many finished trials the model's own forecast counts as when it is recalibrated on a study's finished trials.
+MODEL_WEIGHT = 2.0
 #: User attributes a trial may set to describe its run.
 TRIAL_ATTRS = ("total_steps", "family", "params_b")
 
@@ -92,6 +109,9 @@ class ForecastPruner(BasePruner):
         Forecast draws per check (precision against speed); at least 100.
     seed : int
         Seed of the forecasts (each check's own, derived from this, the trial and the step).
+    recalibrate : bool
+        Guard the probability with its recalibration on the study's finished trials (module
+        docstring); False trusts the forecast alone.
 
     Raises
     ------
@@ -116,6 +136,7 @@ class ForecastPruner(BasePruner):
         params_b: float | None = None,
         n_draws: int = 500,
         seed: int = 0,
+        recalibrate: bool = True,
     ) -> None:
         _require(model is None or callable(getattr(model, "forecast", None)), f"model must be a FittedModel (or None for the shipped one), got {model!r}")
         _require(_is_number(threshold) and 0 < threshold < 1, f"threshold must be a number between 0 and 1 (exclusive), got {threshold!r}")
@@ -130,7 +151,8 @@ class ForecastPruner(BasePruner):
         self.defaults = _run_description({"total_steps": total_steps, "family": family, "params_b": params_b}, "the pruner's arguments")
         self.n_draws = int(n_draws)
         self.seed = int(seed)
-        self._finals: dict[tuple[int, int, int], float] = {}
+        self.recalibrate = bool(recalibrate)
+        self._samples: dict[tuple[int, int, int], np.ndarray] = {}
 
     def prune(self, study: Study, trial: FrozenTrial) -> bool:
         """Whether ``trial`` should stop: at a check, P(its final > the bar) < ``threshold``.
@@ -154,7 +176,8 @@ class ForecastPruner(BasePruner):
 
         None also when the trial has fewer than :data:`MIN_POINTS` finite values, has
         finished its plan, or no other trial sets a bar yet. Values are in the
-        study's own units (for ``"minimize"``, "beyond" means below).
+        study's own units (for ``"minimize"``, "beyond" means below). With ``recalibrate``
+        the probability is the recalibrated one (class docstring).
 
         Raises
         ------
@@ -165,17 +188,16 @@ class ForecastPruner(BasePruner):
         description = self._describe(trial)
         total = description["total_steps"]
         steps, values = _series(trial, sign)
-        if steps.size < MIN_POINTS or steps[-1] >= total or steps[-1] < self.min_fraction * total:
+        checks = self._check_steps(steps, total)
+        if steps.size < MIN_POINTS or steps[-1] >= total or checks.size == 0 or checks[-1] != steps[-1]:
             return None
-        interval = max(1, int(round(self.check_interval * total)))
-        previous = steps[-2] if steps.size > 1 else -1
-        if previous >= self.min_fraction * total and previous // interval == steps[-1] // interval:
-            return None  # neither the first report past min_fraction nor the first in its check interval
+        samples = self._final_samples(trial.number, steps, values, description)  # also kept to recalibrate later checks
         bar = self._bar(study, trial, sign)
         if bar is None:
             return None
-        fc = self._forecast(trial.number, steps, values, description)
-        probability = float(np.mean(fc.final.samples > bar))
+        probability = float(np.mean(samples > bar))
+        if self.recalibrate:
+            probability = self._recalibrated(study, trial, probability, int(steps[-1] // self._interval(total)), sign)
         return probability, sign * bar
 
     # ---------------------------------------------------------------- internals
@@ -191,42 +213,83 @@ class ForecastPruner(BasePruner):
             )
         return description
 
+    def _interval(self, total: int) -> int:
+        """Steps between two checks of a run planned for ``total`` steps."""
+        return max(1, int(round(self.check_interval * total)))
+
+    def _check_steps(self, steps: np.ndarray, total: int) -> np.ndarray:
+        """The reported steps at which a run is checked: from ``min_fraction`` of the plan on, the first in each check interval."""
+        late = steps[(steps >= self.min_fraction * total) & (steps < total)]
+        if late.size == 0:
+            return late
+        group = late // self._interval(total)
+        return late[np.concatenate([[True], group[1:] != group[:-1]])]
+
     def _bar(self, study: Study, trial: FrozenTrial, sign: float) -> float | None:
-        """The best final of the other completed or running trials (in sign-adjusted units), or None when there is none."""
+        """The best final of the other completed or running trials (in sign-adjusted units), or None when there is none.
+
+        A finished trial's final is its measured final-window mean; any other its forecast median, a
+        running trial's from the steps it had at its latest check (so it is forecast once per check).
+        """
         finals = []
         for other in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING)):
-            if other.number == trial.number:
-                continue
             steps, values = _series(other, sign)
-            if steps.size < MIN_POINTS:
+            if other.number == trial.number or steps.size < MIN_POINTS:
                 continue
             description = self._describe(other)
             total = description["total_steps"]
+            if steps[-1] >= total:
+                finals.append(final_reward(values))
+                continue
             if other.state == TrialState.RUNNING:
-                if steps[-1] < self.min_fraction * total:
+                checks = self._check_steps(steps, total)
+                if checks.size == 0:
                     continue
-                interval = max(1, int(round(self.check_interval * total)))
-                seen = steps <= max(steps[-1] // interval * interval, steps[MIN_POINTS - 1])
+                seen = steps <= checks[-1]
                 steps, values = steps[seen], values[seen]
-            key = (other.number, int(steps[-1]), int(sign))
-            if key not in self._finals:
-                if steps[-1] >= total:
-                    self._finals[key] = final_reward(values)
-                else:
-                    self._finals[key] = float(np.median(self._forecast(other.number, steps, values, description).final.samples))
-            finals.append(self._finals[key])
+            finals.append(float(np.median(self._final_samples(other.number, steps, values, description))))
         return max(finals) if finals else None
 
-    def _forecast(self, number: int, steps: np.ndarray, values: np.ndarray, description: dict[str, Any]) -> Any:
-        if self.model is None:
-            from bayes_grpo.model import default_model
+    def _recalibrated(self, study: Study, trial: FrozenTrial, probability: float, check: int, sign: float) -> float:
+        """``probability``, or its recalibration on the study's finished trials at the same check when larger (module docstring)."""
+        pits = []
+        for other in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            steps, values = _series(other, sign)
+            if other.number == trial.number or steps.size < MIN_POINTS:
+                continue
+            description = self._describe(other)
+            total = description["total_steps"]
+            at = [s for s in self._check_steps(steps, total) if s // self._interval(total) == check]
+            if steps[-1] < total or not at:
+                continue
+            seen = steps <= at[0]
+            samples = self._final_samples(other.number, steps[seen], values[seen], description)
+            pits.append(float(np.mean(samples <= final_reward(values))))
+        if not pits:
+            return probability
+        # Draws resolve probabilities to one draw's share: 0 or 1 means beyond every draw, taken as half a draw's share.
+        edge = 0.5 / self.n_draws
+        p = min(max(probability, edge), 1.0 - edge)
+        exceeded = sum(pit > 1.0 - p for pit in pits)
+        tail = (exceeded + MODEL_WEIGHT * p) / (len(pits) + MODEL_WEIGHT)
+        shift = float(np.sum(norm.ppf(np.clip(pits, edge, 1.0 - edge)))) / (len(pits) + MODEL_WEIGHT)
+        shifted = float(norm.sf(norm.isf(p) - shift))
+        return max(probability, tail, shifted)
 
-            self.model = default_model()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # repairs of the log and poor weights are the forecast's business here
-            run = read_log(pd.DataFrame({"step": steps, "reward": values}), run_id=f"trial {number}", **description)
-            seed = zlib.crc32(f"{self.seed}:{number}:{int(steps[-1])}".encode())
-            return self.model.forecast(run, n_draws=self.n_draws, seed=seed)
+    def _final_samples(self, number: int, steps: np.ndarray, values: np.ndarray, description: dict[str, Any]) -> np.ndarray:
+        """Draws of the forecast final reward of trial ``number`` from the values reported up to ``steps[-1]`` (cached)."""
+        key = (number, int(steps[-1]), hash(values.tobytes()))
+        if key not in self._samples:
+            if self.model is None:
+                from bayes_grpo.model import default_model
+
+                self.model = default_model()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # repairs of the log and poor weights are the forecast's business here
+                run = read_log(pd.DataFrame({"step": steps, "reward": values}), run_id=f"trial {number}", **description)
+                seed = zlib.crc32(f"{self.seed}:{number}:{int(steps[-1])}".encode())
+                self._samples[key] = self.model.forecast(run, n_draws=self.n_draws, seed=seed).final.samples
+        return self._samples[key]
 
 
 def _direction_sign(study: Study) -> float:
