@@ -1,7 +1,7 @@
 """Write the example notebooks (without outputs) from the cells below: ``python notebooks/make_notebooks.py``.
 
 Every notebook starts with the quick-mode switch: ``BAYES_GRPO_QUICK=1`` (CI, tests)
-uses a few runs and short sampler settings so that all three run in a few minutes.
+uses a few runs and short sampler settings so that all of them run in a few minutes.
 """
 
 from __future__ import annotations
@@ -242,10 +242,93 @@ summary[["rule", "threshold", "runs", "mean_saved", "median_regret", "share_regr
     "README and `benchmarks/results/backtest_stopping.md`.",
 ]
 
+SWEEPS = [
+    "# Rank a sweep and prune it with Optuna\n\n"
+    "A sweep trains one recipe several times with one setting changed. Two questions matter while it runs: which run "
+    "will end best, and which runs cannot win any more. `model.rank` answers the first with `p_best`, the probability "
+    "that each run ends highest, from joint draws of all the runs' forecasts (they share the population draws the "
+    "forecasts start from). `bayes_grpo.integrations.optuna.ForecastPruner` answers the second inside an Optuna study: it "
+    "prunes a trial once it is unlikely to end above the best other trial.",
+    SETUP,
+    "## A real sweep\n\nThe shared real runs (`../shared/external_runs`, when present) hold a 17-run ablation of a "
+    "50-step GSM8K recipe (learning rate, LoRA rank, group size, temperature, ...). Without them, the notebook uses the "
+    "bundled runs of one toy task instead. The shipped model was fitted on these runs too, so this is an illustration; "
+    "`benchmarks/backtest_sweeps.py` scores sweeps with models fitted without their source.",
+    """from bayes_grpo.calibration import shared_index
+from bayes_grpo.measures import cut, smoothed
+from bayes_grpo.settings import shared_runs_dir
+
+shared = shared_runs_dir()
+if shared is not None and (shared / "runs" / "tonywang1990_qwen3-1.7b_gsm8k_baseline.csv").is_file():
+    members = set(shared_index().query("source_repo == 'tonywang1990/gsm8k-grpo'")["run_id"])
+    sweep = [r for r in bg.load_runs(shared / "runs") if r.run_id in members]
+else:  # no shared runs here: the bundled runs of one toy recipe (three seeds and a batch-size change)
+    sweep = [r for r in bg.load_runs() if r.run_id.startswith("llama-s-reverse4")]
+sweep = sweep[:6] if QUICK else sweep
+total = sweep[0].total_steps
+truth = pd.Series({r.run_id: smoothed(r.steps, r.rewards)[-1] for r in sweep}, name="smoothed final")
+print(f"{len(sweep)} runs planned for {total} steps")""",
+    "## Rank it at 30% of its steps\n\nEvery run cut at 30% of its planned steps, as a sweep run in parallel looks "
+    "then. The table is sorted by `p_best`; the last column is what really happened.",
+    """model = bg.default_model()
+ranking = model.rank([cut(r, 0.3, total) for r in sweep], total_steps=total, beat=float(truth.median()))
+ranking.table.assign(truth=lambda t: t["run_id"].map(truth))""",
+    """ranking.plot(ax=plt.subplots(figsize=(9, 4.5))[1]);""",
+    "The probability of ending above any value, e.g. the best final reward of a finished run, is `p_beats(value)`.",
+    """values = np.linspace(truth.min(), truth.max(), 5)
+pd.DataFrame({f"> {v:.2f}": ranking.p_beats(v) for v in values})""",
+    "## Prune it with Optuna\n\nThe sweep replayed as an Optuna study: one trial per run, in a random order, each "
+    "reporting its logged reward step by step (`trial.report(reward, step)`) and asking `trial.should_prune()`. The "
+    "trial's planned length comes from its user attribute `total_steps`. `ForecastPruner` checks every "
+    "`check_interval` of the plan from 30% on (here every 10% to keep the notebook quick) and prunes when the "
+    "probability of ending above the best other trial's final falls below 5%. Optuna's `MedianPruner`, with the same "
+    "30% warm-up, replays the same order.",
+    """import optuna
+
+from bayes_grpo.integrations.optuna import ForecastPruner
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def replay(pruner, order):
+    study = optuna.create_study(direction="maximize", pruner=pruner)
+    rows = []
+    for run in (sweep[i] for i in order):
+        trial = study.ask()
+        trial.set_user_attr("total_steps", total)
+        stop = None
+        for step, reward in zip(run.steps, run.rewards):
+            trial.report(float(reward), int(step))
+            if trial.should_prune():
+                stop = int(step)
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                break
+        if stop is None:
+            study.tell(trial, final_reward(run.rewards))
+        rows.append((run.run_id, stop if stop is not None else run.last_step, stop is not None))
+    return pd.DataFrame(rows, columns=["run_id", "steps run", "pruned"]).assign(truth=lambda t: t["run_id"].map(truth))
+
+
+order = np.random.default_rng(0).permutation(len(sweep))
+pruned = {
+    "ForecastPruner": replay(ForecastPruner(model, check_interval=0.1), order),
+    "MedianPruner": replay(optuna.pruners.MedianPruner(n_warmup_steps=int(0.3 * total)), order),
+}
+pruned["ForecastPruner"]""",
+    "Steps saved, and whether the best run survived:",
+    """best = truth.idxmax()
+pd.DataFrame({
+    name: {"steps saved": 1 - t["steps run"].sum() / sum(r.last_step for r in sweep),
+           "runs pruned": int(t["pruned"].sum()), "best run kept": not bool(t.set_index("run_id").loc[best, "pruned"])}
+    for name, t in pruned.items()
+}).T""",
+]
+
 NOTEBOOKS = {
     "01_fit_posterior.ipynb": FIT_POSTERIOR,
     "02_forecast_a_run.ipynb": FORECAST_A_RUN,
     "03_stopping_rule.ipynb": STOPPING_RULE,
+    "04_sweeps.ipynb": SWEEPS,
 }
 
 

@@ -11,7 +11,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-NAMES = ["01_fit_posterior.ipynb", "02_forecast_a_run.ipynb", "03_stopping_rule.ipynb"]
+NAMES = ["01_fit_posterior.ipynb", "02_forecast_a_run.ipynb", "03_stopping_rule.ipynb", "04_sweeps.ipynb"]
 
 
 def _generator():
