@@ -1,0 +1,382 @@
+"""Sweep pruning on the shared real sweeps: bayes_grpo's ForecastPruner against Optuna's pruners.
+
+A sweep is the shared runs of one ``source_repo``, one ``dataset`` and one planned length
+``total_steps`` (``index.csv``), at least three of them. Each sweep is replayed as an Optuna study
+(in-memory storage, direction "maximize"): one trial per run, in a random order (one order per
+seed), each trial reporting the run's logged mean reward step by step with ``trial.report`` and
+asking ``trial.should_prune()`` after every report; a pruned trial stops there, a finished one
+reports its final reward (mean over its last 10% of logged steps) as the objective. Every pruner
+sees the same orders.
+
+The model that prunes a sweep was fitted without any run of its source: the runs (bundled and
+shared, as ``benchmarks/calibration.py`` loads them) are split into the same source-grouped folds
+(``bayes_grpo.calibration.grouped_splits``, 5 folds, seed 0) with the same fit seeds, so with
+``--cache`` the fold fits of the calibration benchmark are read instead of refitted.
+
+Scores per pruner, over the replays (sweeps x seeds), with each run's truth its smoothed final
+reward (``bayes_grpo.measures.smoothed`` at its last step, kernel SD 8% of its steps):
+
+* **steps saved**: share of the sweep's logged steps not run;
+* **best pruned**: share of replays in which the truly best run was pruned;
+* **regret**: (truth of the best run - truth of the best surviving run) / the sweep's reward
+  spread (10-90% of all its runs' logged rewards); the share of replays with regret <= 0.05.
+
+Also: the reliability of ``p_best`` from ``bayes_grpo.rank`` (every run of a sweep cut at 20, 30,
+50 and 70% of the plan, as a sweep run in parallel is; outcome: the run ends best), the reliability
+of the pruner's own P(final > bar) at its checks, and timings (``model.rank`` on 20 runs of 1,000
+steps, ``should_prune`` at the checks). Writes ``backtest_sweeps.md``, ``backtest_sweeps.csv``
+(per pruner), ``backtest_sweeps_replays.csv`` (per replay) and ``backtest_sweeps_checks.csv`` (the
+pruner's checks) to ``benchmarks/results/``.
+
+    python benchmarks/backtest_sweeps.py --cache /work/cache/folds            # 10 orders per sweep, checks every 5% of the plan
+    python benchmarks/backtest_sweeps.py --seeds 3 --out /tmp/sweeps          # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pandas as pd
+from common import RESULTS, fit_options, markdown, provenance, verdict
+from rank_speed import measure as measure_rank_speed
+from rank_speed import synthetic_sweep
+
+import bayes_grpo as bg
+from bayes_grpo import calibration, measures
+from bayes_grpo.integrations.optuna import ForecastPruner
+from bayes_grpo.parallel import map_jobs
+
+MIN_SWEEP_RUNS = 3
+#: Shares of the plan at which every run of a sweep is cut to score p_best.
+RANK_FRACTIONS = (0.2, 0.3, 0.5, 0.7)
+#: Reliability bins of p_best (issue 32) and of the pruner's P(final > bar).
+BINS = (0.0, 0.05, 0.2, 0.5, 1.0)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """Runs of one source, recipe and planned length, and the fold model fitted without that source."""
+
+    name: str
+    source: str
+    total_steps: int
+    runs: tuple[bg.RunLog, ...]
+    model: bg.FittedModel
+    fold: int
+
+    def truths(self) -> dict[str, float]:
+        """Each run's smoothed final reward."""
+        return {run.run_id: float(measures.smoothed(run.steps, run.rewards)[-1]) for run in self.runs}
+
+    def spread(self) -> float:
+        """10-90% spread of all the sweep's logged rewards."""
+        return measures.reward_spread(np.concatenate([run.rewards for run in self.runs]))
+
+
+def find_sweeps(runs: Sequence[bg.RunLog], index: pd.DataFrame) -> list[tuple[str, str, int, list[bg.RunLog]]]:
+    """``(name, source, total_steps, runs)`` of every group of at least :data:`MIN_SWEEP_RUNS` shared runs of one source, dataset and planned length."""
+    by_id = {run.run_id: run for run in runs}
+    index = index.dropna(subset=["total_steps"]).loc[lambda t: t["run_id"].isin(by_id)]
+    found = []
+    for (source, dataset, total), group in index.groupby(["source_repo", "dataset", "total_steps"]):
+        if len(group) >= MIN_SWEEP_RUNS:
+            found.append((f"{source} ({dataset}, {int(total)} steps)", str(source), int(total), [by_id[r] for r in sorted(group["run_id"])]))
+    return found
+
+
+#: The ForecastPruner settings replayed: the defaults first (the targets are judged on them).
+FORECAST_VARIANTS = {
+    "bayes_grpo ForecastPruner (defaults: threshold 0.05, from 30%, recalibrated)": {},
+    "bayes_grpo ForecastPruner (forecast alone: recalibrate=False)": {"recalibrate": False},
+    "bayes_grpo ForecastPruner (from 50%: min_fraction=0.5)": {"min_fraction": 0.5},
+}
+
+
+def pruners(total_steps: int, model: bg.FittedModel, check_interval: float) -> dict[str, Callable[[], optuna.pruners.BasePruner]]:
+    """Name -> a fresh pruner for one replay of a sweep planned for ``total_steps``."""
+    warmup = int(round(0.3 * total_steps))
+    made: dict[str, Callable[[], optuna.pruners.BasePruner]] = {
+        name: (lambda options=options: RecordingPruner(model, check_interval=check_interval, **options)) for name, options in FORECAST_VARIANTS.items()
+    }
+    made.update({
+        "Optuna MedianPruner (defaults: 5 startup trials; 30% warm-up)": lambda: optuna.pruners.MedianPruner(n_warmup_steps=warmup),
+        "Optuna MedianPruner (2 startup trials, 30% warm-up)": lambda: optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=warmup),
+        "Optuna PercentilePruner (keep the top 25%; 5 startup trials, 30% warm-up)": lambda: optuna.pruners.PercentilePruner(25.0, n_warmup_steps=warmup),
+        "Optuna SuccessiveHalvingPruner (defaults)": lambda: optuna.pruners.SuccessiveHalvingPruner(),
+        "Optuna HyperbandPruner (defaults)": lambda: optuna.pruners.HyperbandPruner(),
+        "no pruning": lambda: optuna.pruners.NopPruner(),
+    })  # fmt: skip
+    return made
+
+
+class RecordingPruner(ForecastPruner):
+    """A ForecastPruner that keeps every check: trial number, step, P(final > bar), bar, seconds."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.checks: list[dict] = []
+
+    def beat_probability(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> tuple[float, float] | None:
+        started = time.perf_counter()
+        result = super().beat_probability(study, trial)
+        if result is not None:
+            self.checks.append({"number": trial.number, "step": trial.last_step, "p_beats": result[0], "bar": result[1], "seconds": time.perf_counter() - started})
+        return result
+
+
+@dataclass(frozen=True)
+class ReplayJob:
+    """One sweep replayed in one order by one pruner."""
+
+    sweep: Sweep
+    seed: int
+    pruner: str
+    check_interval: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.sweep.name}, seed {self.seed}, {self.pruner}"
+
+
+def replay(job: ReplayJob) -> tuple[list[dict], list[dict]]:
+    """Replay the sweep as an Optuna study: one row per trial, and the ForecastPruner's checks (with the seconds of each should_prune)."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.simplefilter("ignore")
+    sweep = job.sweep
+    pruner = pruners(sweep.total_steps, sweep.model, job.check_interval)[job.pruner]()
+    study = optuna.create_study(direction="maximize", pruner=pruner, sampler=optuna.samplers.RandomSampler(seed=job.seed))
+    order = np.random.default_rng(job.seed).permutation(len(sweep.runs))
+    trials, timings = [], {}
+    for position, index in enumerate(order):
+        run = sweep.runs[index]
+        trial = study.ask()
+        trial.set_user_attr("total_steps", sweep.total_steps)
+        stopped = None
+        for step, reward in zip(run.steps, run.rewards):
+            trial.report(float(reward), int(step))
+            started = time.perf_counter()
+            prune = trial.should_prune()
+            timings[(trial.number, int(step))] = time.perf_counter() - started
+            if prune:
+                stopped = int(step)
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                break
+        if stopped is None:
+            study.tell(trial, measures.final_reward(run.rewards))
+        trials.append({"position": position, "number": trial.number, "run_id": run.run_id, "pruned": stopped is not None,
+                       "steps_run": stopped if stopped is not None else int(run.last_step), "last_step": int(run.last_step)})  # fmt: skip
+    checks = getattr(pruner, "checks", [])
+    run_of = {t["number"]: t["run_id"] for t in trials}
+    for check in checks:
+        check["run_id"] = run_of[check["number"]]
+        check["should_prune_seconds"] = timings[(check["number"], int(check["step"]))]
+    keys = {"sweep": sweep.name, "seed": job.seed, "pruner": job.pruner}
+    return [{**keys, **t} for t in trials], [{**keys, **c} for c in checks]
+
+
+def score_replays(trials: pd.DataFrame, sweeps: Sequence[Sweep]) -> pd.DataFrame:
+    """One row per replay (sweep, seed, pruner): steps saved, whether the best run was pruned, regret."""
+    truths = {s.name: s.truths() for s in sweeps}
+    spreads = {s.name: s.spread() for s in sweeps}
+    rows = []
+    for (sweep, seed, pruner), part in trials.groupby(["sweep", "seed", "pruner"], sort=False):
+        truth = truths[sweep]
+        best = max(truth, key=truth.get)
+        survivors = part.loc[~part["pruned"], "run_id"]
+        best_surviving = max((truth[r] for r in survivors), default=min(truth.values()))
+        rows.append({
+            "sweep": sweep, "seed": seed, "pruner": pruner, "runs": len(part), "pruned_runs": int(part["pruned"].sum()),
+            "steps_saved": 1.0 - part["steps_run"].sum() / part["last_step"].sum(),
+            "best_pruned": bool(part.loc[part["run_id"] == best, "pruned"].iloc[0]),
+            "regret": (truth[best] - best_surviving) / spreads[sweep],
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def summary(replays: pd.DataFrame) -> pd.DataFrame:
+    """Per pruner, over all replays: mean steps saved, best-pruned rate, regret (median, share <= 0.05, worst)."""
+    rows = []
+    for pruner, part in replays.groupby("pruner", sort=False):
+        rows.append({
+            "pruner": pruner, "replays": len(part), "steps saved": part["steps_saved"].mean(), "best pruned": part["best_pruned"].mean(),
+            "regret median": part["regret"].median(), "regret <= 0.05": (part["regret"] <= 0.05).mean(), "regret worst": part["regret"].max(),
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def per_sweep(replays: pd.DataFrame) -> pd.DataFrame:
+    """Per sweep and pruner: mean steps saved, best-pruned rate, mean regret."""
+    grouped = replays.groupby(["sweep", "pruner"], sort=False)
+    return grouped.agg(steps_saved=("steps_saved", "mean"), best_pruned=("best_pruned", "mean"), regret_mean=("regret", "mean")).reset_index()
+
+
+def rank_checks(sweeps: Sequence[Sweep], seed: int) -> pd.DataFrame:
+    """p_best of every run of every sweep with all its runs cut at each of :data:`RANK_FRACTIONS`, and whether it ends best."""
+    rows = []
+    for sweep in sweeps:
+        truth = sweep.truths()
+        best = max(truth, key=truth.get)
+        for fraction in RANK_FRACTIONS:
+            heads = [measures.cut(run, fraction, sweep.total_steps) for run in sweep.runs]
+            ranking = sweep.model.rank(heads, total_steps=sweep.total_steps, seed=seed)
+            p_best = ranking.p_best
+            rows += [{"sweep": sweep.name, "fraction": fraction, "run_id": r, "p_best": float(p_best[r]), "best": r == best,
+                      "component_ess": ranking.component_ess} for r in ranking.run_ids]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def reliability(probability: pd.Series, outcome: pd.Series) -> pd.DataFrame:
+    """Per bin of :data:`BINS`: count, mean predicted probability, observed rate."""
+    bins = pd.cut(probability, BINS, include_lowest=True, right=False)
+    bins = bins.cat.rename_categories([f"{lo:g}-{hi:g}" for lo, hi in zip(BINS[:-1], BINS[1:])])
+    table = pd.DataFrame({"bin": bins, "p": probability, "outcome": outcome.astype(float)}).groupby("bin", observed=False)
+    return table.agg(count=("p", "size"), mean_predicted=("p", "mean"), observed_rate=("outcome", "mean")).reset_index()
+
+
+def package_code() -> str:
+    """Which package code ran: the git commit of the imported package, and its files changed since."""
+    package = Path(bg.__file__).resolve().parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(package), *args], capture_output=True, text=True, check=True).stdout.rstrip("\n")
+
+    try:
+        commit = git("rev-parse", "--short", "HEAD")
+        changed = [line[3:] for line in git("status", "--porcelain", "--", ".").splitlines()]
+    except (OSError, subprocess.CalledProcessError):
+        return f"`{package}` (not a git checkout)"
+    return f"commit {commit}" + (f", with uncommitted changes to {', '.join(changed)}" if changed else " (no uncommitted changes to the package)")
+
+
+def load_sweeps(args: argparse.Namespace) -> list[Sweep]:
+    """The shared sweeps, each with the fold model fitted without its source (read from --cache when there)."""
+    runs, sources = calibration.load_evaluation_runs(args.shared, bundled=True, seed=args.seed)
+    found = find_sweeps(runs, calibration.shared_index(args.shared))
+    if not found:
+        raise SystemExit("no shared sweeps found (need ../shared/external_runs with index.csv, or --shared)")
+    splits = calibration.grouped_splits(runs, sources, args.folds, args.seed)
+    fold_of = {run.run_id: fold for fold, (_, test) in enumerate(splits) for run in test}
+    models: dict[int, bg.FittedModel] = {}
+    sweeps = []
+    for name, source, total, members in found:
+        fold = fold_of[members[0].run_id]
+        if fold not in models:
+            train = splits[fold][0]
+            assert not any(sources[r.run_id] == source for r in train)
+            models[fold], cached = calibration.cached_fit_fold(train, fit_options(args.draws, args.chains), args.seed + fold, args.cache)
+            print(f"fold {fold + 1}/{args.folds}: {len(train)} training runs, {'read from the cache' if cached else 'fitted'}", flush=True)
+        sweeps.append(Sweep(name, source, total, tuple(members), models[fold], fold))
+    return sweeps
+
+
+def write(
+    args: argparse.Namespace, sweeps: list[Sweep], trials: pd.DataFrame, replays: pd.DataFrame, checks: pd.DataFrame, ranks: pd.DataFrame, speed: dict, seconds: float
+) -> str:
+    """Write the csv files and the markdown report; return the markdown."""
+    table = summary(replays)
+    args.out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(args.out / "backtest_sweeps.csv", index=False)
+    replays.to_csv(args.out / "backtest_sweeps_replays.csv", index=False)
+    trials.to_csv(args.out / "backtest_sweeps_trials.csv", index=False)
+    checks.to_csv(args.out / "backtest_sweeps_checks.csv", index=False)
+    ranks.to_csv(args.out / "backtest_sweeps_rank.csv", index=False)
+
+    ours = table[table["pruner"].str.startswith("bayes_grpo")].iloc[0]
+    baselines = table.set_index("pruner")
+    median = baselines.loc[[p for p in baselines.index if p.startswith("Optuna MedianPruner (defaults")][0]]
+    halving = baselines.loc["Optuna SuccessiveHalvingPruner (defaults)"]
+    timed = checks[checks["pruner"] == ours["pruner"]]
+    p_best = reliability(ranks["p_best"], ranks["best"])
+    beats = timed.dropna(subset=["p_beats"])
+    p_beats = reliability(beats["p_beats"], beats["ends_above_bar"])
+    sweep_rows = pd.DataFrame([{"sweep": s.name, "runs": len(s.runs), "fold": s.fold + 1, "spread": s.spread(),
+                                "best run": max(s.truths(), key=s.truths().get)} for s in sweeps])  # fmt: skip
+    targets = [
+        f"- true best run pruned in <= 5% of replays: {ours['best pruned']:.1%} ({int(round(ours['best pruned'] * ours['replays']))} of {int(ours['replays'])}): {verdict(ours['best pruned'] <= 0.05)}",
+        f"- regret <= 0.05 of the spread in >= 95% of replays: {ours['regret <= 0.05']:.1%}: {verdict(ours['regret <= 0.05'] >= 0.95)}",
+        f"- steps saved >= 40%: {ours['steps saved']:.1%}: {verdict(ours['steps saved'] >= 0.40)}",
+        f"- more steps saved than MedianPruner ({median['steps saved']:.1%}, best pruned {median['best pruned']:.1%}) and "
+        f"SuccessiveHalvingPruner ({halving['steps saved']:.1%}, best pruned {halving['best pruned']:.1%}) at the same or better "
+        f"rate of keeping the best: {verdict(all(ours['steps saved'] > b['steps saved'] and ours['best pruned'] <= b['best pruned'] for b in (median, halving)))}",
+        f"- ranking 20 runs of 1,000 steps <= 1 s (`benchmarks/rank_speed.py`): median {speed['rank_wall_s']:.2f} s wall "
+        f"({speed['rank_cpu_s']:.2f} s CPU; the 20 forecasts alone {speed['forecasts_wall_s']:.2f} s, {speed['per_forecast_s']:.3f} s each; "
+        f"machine load average {speed['load_rank']:.1f} on 2 cores): {verdict(speed['rank_wall_s'] <= 1.0)}",
+        f"- should_prune <= 0.2 s at a check: median {timed['should_prune_seconds'].median():.3f} s, 95th percentile "
+        f"{timed['should_prune_seconds'].quantile(0.95):.3f} s, max {timed['should_prune_seconds'].max():.3f} s over {len(timed)} checks "
+        f"(load average {speed['load_replays']:.1f} on 2 cores): {verdict(timed['should_prune_seconds'].quantile(0.95) <= 0.2)} (95th percentile)",
+    ]
+    parts = [
+        "# Sweep pruning on the shared real sweeps\n\n",
+        provenance(seconds),
+        f"Package code: {package_code()}.\n",
+        f"\n{len(sweeps)} sweeps (runs of one source, recipe and planned length, at least {MIN_SWEEP_RUNS} runs), each replayed "
+        f"as an Optuna study in {args.seeds} random trial orders (seeds 0-{args.seeds - 1}), the same orders for every pruner. "
+        f"Each sweep is pruned by the model of the source-grouped fold that holds it ({args.folds} folds, seed {args.seed}, "
+        f"fit options {fit_options(args.draws, args.chains) or 'package defaults'}; the model never saw the sweep's source). "
+        f"The ForecastPruner checks every {args.check_interval:.0%} of the plan from 30% on (`check_interval={args.check_interval:g}`); "
+        "Optuna's pruners are asked after every reported step. Truth = smoothed final reward; regret in units of the sweep's "
+        "10-90% reward spread.\n\n",
+        markdown(sweep_rows),
+        "\n## Targets (issue 32)\n\n", "\n".join(targets), "\n\n",
+        "## Per pruner, over all replays\n\n", markdown(table),
+        "\n## Per sweep\n\n", markdown(per_sweep(replays)),
+        "\n## Reliability of p_best\n\n",
+        f"Every run of a sweep cut at {', '.join(f'{f:.0%}' for f in RANK_FRACTIONS)} of the plan and ranked with `model.rank` "
+        f"(joint draws); outcome = the run ends best. {len(ranks)} (run, cut) pairs, {int(ranks['best'].sum())} of them the best run. "
+        f"Median effective population draws of the joint draws: {ranks['component_ess'].median():.1f} of 64.\n\n",
+        markdown(p_best),
+        "\n## Reliability of the pruner's P(final > bar) at its checks\n\n",
+        f"Every check of `{ours['pruner']}` in every replay ({len(beats)} checks); outcome = the run's real final reward "
+        "(mean of its last 10% of logged steps) ends above the bar the check used.\n\n",
+        markdown(p_beats),
+    ]  # fmt: skip
+    text = "".join(parts)
+    (args.out / "backtest_sweeps.md").write_text(text)
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shared", type=Path, help="folder with index.csv and runs/ (default: bayes_grpo.settings.shared_runs_dir())")
+    parser.add_argument("--folds", type=int, default=5, help="source-grouped folds (default 5, as benchmarks/calibration.py)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the fold layout and fits (default 0, as benchmarks/calibration.py)")
+    parser.add_argument("--draws", type=int, help="draws and tuning steps per chain of each fold's fit (default: the package's)")
+    parser.add_argument("--chains", type=int, help="chains per fit (default: the package's)")
+    parser.add_argument("--cache", type=Path, help="folder of cached fold fits, shared with benchmarks/calibration.py (default: none, fit)")
+    parser.add_argument("--seeds", type=int, default=10, help="random trial orders per sweep (default 10)")
+    parser.add_argument("--check-interval", type=float, default=0.05, help="share of the plan between two ForecastPruner checks (default 0.05)")
+    parser.add_argument("--jobs", type=int, default=1, help="local worker processes for the replays (default 1)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder to write the results to (default benchmarks/results)")
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+    started = time.perf_counter()
+    sweeps = load_sweeps(args)
+    names = list(pruners(100, sweeps[0].model, args.check_interval))
+    jobs = [ReplayJob(s, seed, name, args.check_interval) for s in sweeps for seed in range(args.seeds) for name in names]
+    results = map_jobs(replay, jobs, n_jobs=args.jobs, progress=not args.quiet, desc="replays", name=lambda job: job.name)
+    trials = pd.DataFrame([row for rows, _ in results for row in rows])
+    checks = pd.DataFrame([row for _, rows in results for row in rows])
+    finals = {run.run_id: measures.final_reward(run.rewards) for s in sweeps for run in s.runs}
+    checks["ends_above_bar"] = checks["run_id"].map(finals) > checks["bar"]
+    replays = score_replays(trials, sweeps)
+    ranks = rank_checks(sweeps, args.seed)
+    load_during_replays = os.getloadavg()[1]  # the machine's load over the last 5 minutes, as the timings were taken
+    speed = measure_rank_speed(bg.default_model(), synthetic_sweep(), calls=5)
+    speed.update(load_replays=load_during_replays, load_rank=os.getloadavg()[0])
+    print(write(args, sweeps, trials, replays, checks, ranks, speed, time.perf_counter() - started))
+
+
+if __name__ == "__main__":
+    main()
