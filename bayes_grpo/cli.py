@@ -583,9 +583,11 @@ def _run_rank(args: argparse.Namespace) -> int:
     if len(runs) < 2:
         raise BayesGrpoError(f"rank compares runs: {' '.join(args.logs)} holds {len(runs)}; give at least two")
     model = _load_model(args.model)
-    for family in sorted({run.family for run in runs if args.family is None and run.family is not None} | ({args.family} if args.family else set())):
-        if family not in model.families:
-            _warn(f"family {family!r} is not among the model's families ({', '.join(model.families)}); forecasting with the population level")
+    from bayes_grpo.logs import normalise_family
+
+    families = {normalise_family(args.family)} if args.family else {run.family for run in runs if run.family is not None}
+    for family in sorted(families - set(model.families)):
+        _warn(f"family {family!r} is not among the model's families ({', '.join(model.families)}); forecasting with the population level")
     ranking = model.rank(runs, total_steps=args.total_steps, family=args.family, params_b=args.params_b, beat=args.beat, seed=args.seed)
     print(
         f"{len(runs)} runs ranked by their final reward at step {int(ranking.total_steps[0])} (mean logged reward over the "
