@@ -49,7 +49,8 @@ take-off may still be ahead). A run at or past its planned end always stops.
    run never stops, whatever else holds.
 2. **Has the run fallen for good?** A run whose smoothed reward now (Gaussian
    kernel, bandwidth 8% of the planned steps) is below its smoothed best so far
-   by more than :data:`DIP_SE` standard errors of the difference is *in a dip*
+   by more than :data:`DIP_SE` standard errors of the difference, or by more
+   than :data:`DIP_SPREAD` (5%) of the logged spread, is *in a dip*
    (:func:`below_best`). A dip is not a decline: the run stops there only when
    :func:`recovery_probability`, the share of trajectory draws
    (``Forecast.draws``, curve plus wander: the wander is what lets a saturating
@@ -112,8 +113,11 @@ Reason = Literal["end", "early", "rising", "fall", "dip", "plateau", "gain", "va
 INTERVAL = (0.05, 0.95)
 #: Threshold mode: no stop before this share of the planned steps is logged.
 MIN_STOP_FRACTION = 0.3
-#: A run is in a dip when its smoothed reward is this many standard errors below its best so far.
+#: A run is in a dip when its smoothed reward is this many standard errors below its best so far...
 DIP_SE = 2.0
+#: ...or below it by more than this share of the logged 10-90% spread: the regret above which the backtest counts a stop
+#: as bad, so a drop within the noise but large enough to matter if the run comes back still counts.
+DIP_SPREAD = 0.05
 #: The rise that counts as "still rising" is measured over this share of the planned steps ahead.
 RISE_WINDOW = SMOOTHING_BANDWIDTH
 #: The decisions that stop the run (the others keep it training).
@@ -497,13 +501,15 @@ def _declining(drop: float, se: float, tolerance: float, scale: float) -> bool:
     return bool(se > 0.0 and drop > tolerance * scale + 2.0 * se)
 
 
-def below_best(fc: Forecast, n_se: float = DIP_SE) -> bool:
-    """Whether the run sits in a dip: its smoothed reward now is clearly below its best so far.
+def below_best(fc: Forecast, n_se: float = DIP_SE, share: float = DIP_SPREAD) -> bool:
+    """Whether the run sits in a dip: its smoothed reward now is below its best so far by a drop that matters.
 
     The smoother's bandwidth is 8% of the planned steps (``fc.total_steps``, see
     :func:`peak`), the scale of the backtest's regret, so a dip means "now is worse than what the run
-    already reached" at the resolution the run is judged at. Clearly: by more than
-    ``n_se`` standard errors of the difference (see :func:`peak`).
+    already reached" at the resolution the run is judged at. A drop matters when it
+    exceeds ``n_se`` standard errors of the difference (see :func:`peak`), or
+    ``share`` of the 10-90% spread of the logged rewards: a drop within the noise
+    still costs that much if the run comes back.
 
     Parameters
     ----------
@@ -511,6 +517,8 @@ def below_best(fc: Forecast, n_se: float = DIP_SE) -> bool:
         Its observed steps and rewards are used.
     n_se : float
         Standard errors the drop must exceed (default :data:`DIP_SE`).
+    share : float
+        Share of the logged spread the drop must exceed otherwise (default :data:`DIP_SPREAD`).
 
     Returns
     -------
@@ -523,7 +531,12 @@ def below_best(fc: Forecast, n_se: float = DIP_SE) -> bool:
     False
     """
     best = _peak_so_far(fc)
-    return bool(best.se > 0.0 and best.drop > n_se * best.se)
+    return _in_dip(best.drop, best.se, reward_spread(fc.observed_rewards), n_se, share)
+
+
+def _in_dip(drop: float, se: float, spread: float, n_se: float = DIP_SE, share: float = DIP_SPREAD) -> bool:
+    """:func:`below_best` from a precomputed drop below the best, its standard error and the logged spread."""
+    return bool(se > 0.0 and (drop > n_se * se or drop > share * spread))
 
 
 @dataclass(frozen=True)
@@ -573,8 +586,8 @@ class StopEvidence:
 
     @property
     def in_dip(self) -> bool:
-        """The smoothed reward now is more than :data:`DIP_SE` standard errors below the best so far (:func:`below_best`)."""
-        return bool(self.drop_se > 0.0 and self.drop > DIP_SE * self.drop_se)
+        """The smoothed reward now is in a dip below the best so far (:func:`below_best`)."""
+        return _in_dip(self.drop, self.drop_se, self.spread)
 
 
 def stop_evidence(fc: Forecast) -> StopEvidence:
