@@ -70,8 +70,8 @@ from bayes_grpo.calibration import (
 from bayes_grpo.errors import BayesGrpoError
 from bayes_grpo.logs import RunLog
 from bayes_grpo.parallel import map_jobs
-from bayes_grpo.settings import STOP_TOLERANCE
-from bayes_grpo.stopping import STOP_REASONS, StopEvidence, stop_evidence, stop_reason
+from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE
+from bayes_grpo.stopping import MIN_STOP_FRACTION, STOP_REASONS, StopEvidence, stop_evidence, stop_reason
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -906,7 +906,34 @@ def backtest(
         for fold, train, test in scored_splits(runs, sources, n_folds, seed, scored)
     ]
     done = map_jobs(run_backtest_fold, jobs, n_jobs=n_jobs, cluster=cluster, progress=progress, desc="backtest folds")
-    traces = [tr for fold_traces, _ in done for tr in fold_traces]
+    return rescore([tr for fold_traces, _ in done for tr in fold_traces], pd.DataFrame([h for _, h in done]))
+
+
+def rescore(traces: Sequence[RunTrace], folds: pd.DataFrame) -> Backtest:
+    """Score every rule and the nested selection on finished replays (no new forecast): the second half of :func:`backtest`.
+
+    The rules' decisions come from each check's stored evidence, so replays kept from an
+    earlier :func:`backtest` can be scored again after a change to the rule.
+
+    Parameters
+    ----------
+    traces : sequence of RunTrace
+        Replays with their evidence and folds (``Backtest.traces``).
+    folds : pandas.DataFrame
+        The fold fits' health (``Backtest.folds``), passed through.
+
+    Returns
+    -------
+    Backtest
+
+    Example
+    -------
+    >>> bt = rescore(old.traces, old.folds)  # doctest: +SKIP
+    """
+    traces = list(traces)
+    for tr in traces:
+        tr.default = setting_decisions(tr, RuleSetting(STOP_THRESHOLD, STOP_TOLERANCE, MIN_STOP_FRACTION))
+        tr.by_threshold = np.array([setting_decisions(tr, RuleSetting(t, STOP_TOLERANCE, MIN_STOP_FRACTION)) for t in tr.thresholds])
     results = evaluate(traces)
     # The settings are chosen for real runs: the bundled toy runs are easier (and five times as many).
     real = [tr for tr in traces if tr.set == "real"]
@@ -914,4 +941,4 @@ def backtest(
     selection = nested_selection(chosen_on) if len({tr.fold for tr in chosen_on}) > 1 else None
     if selection is not None:
         results = pd.concat([results, selection.results], ignore_index=True)
-    return Backtest(traces=traces, results=results, folds=pd.DataFrame([h for _, h in done]), selection=selection)
+    return Backtest(traces=traces, results=results, folds=folds, selection=selection)

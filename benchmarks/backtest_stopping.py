@@ -18,11 +18,14 @@ regret > 0.05, across thresholds).
     python benchmarks/backtest_stopping.py --model default      # the shipped model (in-sample for its own runs)
     BAYES_GRPO_QUICK=1 python benchmarks/backtest_stopping.py --no-bundled --cache ~/.cache/bayes_grpo_backtest   # reruns skip the fold fits
     BAYES_GRPO_QUICK=1 python benchmarks/backtest_stopping.py --max-runs 12 --folds 3 --every 0.1 --out /tmp/bt   # smoke test
+    python benchmarks/backtest_stopping.py --scored real --save-replays /tmp/replays.pkl   # keep every check's evidence...
+    python benchmarks/backtest_stopping.py --scored real --from-replays /tmp/replays.pkl   # ...and re-score the rules without forecasts
 """
 
 from __future__ import annotations
 
 import argparse
+import pickle
 import time
 import warnings
 from pathlib import Path
@@ -85,6 +88,11 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=backtest.CHECK_EVERY, help="spacing of the checks, share of the steps (default 0.02)")
     add_fold_fit_args(parser)
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder to write the results to (default benchmarks/results)")
+    parser.add_argument("--save-replays", type=Path, metavar="FILE", help="also pickle the replays (every check's evidence) to FILE")
+    parser.add_argument(
+        "--from-replays", type=Path, metavar="FILE",
+        help="score the rules on replays pickled by --save-replays (same runs and options) instead of forecasting again",
+    )  # fmt: skip
     args = parser.parse_args()
     warnings.simplefilter("ignore")
 
@@ -97,10 +105,17 @@ def main() -> None:
     how = f"the given model `{args.model}` (no refit: in-sample for runs it was fitted on)" if model else f"fit options per fold: {options or defaults}"
     print(f"{len(runs)} runs from {len(set(sources.values()))} sources, {args.folds} folds grouped by source; {how}", flush=True)
     started = time.perf_counter()
-    result = backtest.backtest(
-        runs, sources, n_folds=args.folds, model=model, fit_options=options, seed=args.seed, every=args.every,
-        n_jobs=args.jobs, cluster=args.cluster, progress=not args.quiet, cache_dir=args.cache, scored=args.scored,
-    )  # fmt: skip
+    if args.from_replays is not None:
+        traces, folds = pickle.loads(args.from_replays.read_bytes())
+        result = backtest.rescore(traces, folds)
+        how += f"; rules scored on the replays saved in `{args.from_replays.name}`"
+    else:
+        result = backtest.backtest(
+            runs, sources, n_folds=args.folds, model=model, fit_options=options, seed=args.seed, every=args.every,
+            n_jobs=args.jobs, cluster=args.cluster, progress=not args.quiet, cache_dir=args.cache, scored=args.scored,
+        )  # fmt: skip
+    if args.save_replays is not None:
+        args.save_replays.write_bytes(pickle.dumps((result.traces, result.folds)))
     seconds = time.perf_counter() - started
 
     args.out.mkdir(parents=True, exist_ok=True)

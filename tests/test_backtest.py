@@ -164,6 +164,8 @@ def test_grouped_backtest_replays_real_runs_with_a_real_model(quick_model) -> No
     oracle = result.results[result.results["rule"].str.startswith("hindsight oracle")]
     assert (oracle["regret"] <= backtest.ORACLE_REGRET).all()
     assert list(result.folds["test_runs"]) == [1, 1]
+    again = backtest.rescore(result.traces, result.folds)  # the rules scored again from the stored evidence
+    pd.testing.assert_frame_equal(again.results, result.results)
 
 
 def test_a_backtest_of_one_set_replays_only_that_set(quick_model) -> None:
