@@ -237,10 +237,12 @@ class StopDecision:
             "early": f"{but} not trusted yet: too early in the run",
             "rising": f"{but} the forecast says the run is still rising ({self.rise_probability:.0%} probability of a rise of more than the tolerance just ahead)",
             "dip": f"{but} the reward sits in a dip below its best (step {self.best_step}) with a {chance}: a dip is not a decline",
-            "fall": f"; the reward has fallen from its peak at step {self.best_step} with only a {chance}: the decline persists",
+            "fall": f"; the reward peaked at step {self.best_step} and has fallen since, with only a {chance}: the decline persists",
             "plateau": "",
             "gain": "",
         }[self.reason]
+        if self.reason == "fall":
+            keep = "; keep that checkpoint"
         return f"{head}{why}{saves}{keep}."
 
     def to_dict(self) -> dict[str, Any]:
