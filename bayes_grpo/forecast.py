@@ -18,6 +18,18 @@ vectorised NumPy passes, fast enough to run inside a training loop, and the
 prior component keeps the bimodal "took off / not yet" case that a Laplace
 approximation alone would miss.
 
+The run's prior is robust (:class:`RobustPrior`): the population predictive mixed with a
+wide component, so a run whose steps the population cannot explain moves to its own
+evidence, and :attr:`Forecast.outside_population` (with :attr:`Forecast.caveats`) says so.
+
+Saturating curves bend where the population's runs bend. A run that keeps climbing
+where its curve expected a bend carries on along its own trend instead: the
+curve and a straight-line trend are both asked to forecast the last part of the log
+from the steps before it (:func:`trend_weight`), and that share of the draws
+continues from the last step along the log's recent slope (:func:`trend_paths`), which
+decays slowly (:data:`TREND_HORIZON`). The stopping rule sees these draws in
+:attr:`Forecast.curves`, so a run still rising is not called a plateau.
+
 Trajectories carry a model-discrepancy term: beyond the last logged step the
 forecast may wander from the parametric curve as a Brownian motion with scale
 ``drift * sigma`` per unit of progress, so intervals stay honest for runs whose
@@ -38,27 +50,49 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import arviz as az
 import numpy as np
 import pandas as pd
 import xarray as xr
-from scipy.special import gammaln, logsumexp
+from scipy.special import expit, gammaln, logsumexp
+from scipy.stats import multivariate_normal
 
 from bayes_grpo.config import ModelConfig
 from bayes_grpo.curves import plateau_progress
 from bayes_grpo.errors import ModelError
 from bayes_grpo.logs import RunLog
 from bayes_grpo.population import PARAMS, PopulationPosterior, RunPrior, expected_reward, in_support, log_likelihood, natural, step_noise
-from bayes_grpo.prepare import PreparedRun, bin_observations, prepare_run
+from bayes_grpo.prepare import PreparedRun, bin_observations, noise_scale, prepare_run
 from bayes_grpo.measures import final_window_size, smoothed
 from bayes_grpo.settings import FINAL_WINDOW_FRACTION, FORECAST_QUANTILES
 
 MAX_GRID_POINTS = 500
 #: Population posterior draws the forecast prior is a mixture over (for sampling and density alike).
 PRIOR_COMPONENTS = 128
+#: Prior weight of the wide component of a run's prior (:class:`RobustPrior`).
+WIDE_SHARE = 0.1
+#: How much wider than the population predictive the wide component is (its SDs are multiplied by this).
+WIDE_SCALE = 2.5
+#: Prior probability that a run's rewards carry on along their recent trend after the last step rather
+#: than follow the saturating curve; :func:`trend_weight` updates it on the run's own recent steps.
+TREND_PRIOR = 0.1
+#: The last share of the logged (binned) points on which the two are compared, and the trend measured.
+TREND_WINDOW = 0.3
+#: Prior SD of the trend's slope (normalised reward per unit progress): a measured slope is shrunk towards 0.
+TREND_PRIOR_SD = 3.0
+#: A trend decays over this much progress (the median of its exponential horizon) ...
+TREND_HORIZON = 1.0
+#: ... and each draw's horizon is that times a log-normal factor of this SD: how long a rise lasts is uncertain.
+TREND_HORIZON_SD = 1.0
+#: A run is climbing when the slope over the window is above this many standard errors; only then can a trend carry on.
+TREND_CLEAR_SE = 2.0
+#: Fewest binned points before and in the window for the comparison; with fewer, the prior holds.
+TREND_MIN_POINTS = 4
+#: :attr:`Forecast.caveats` says a run lies outside the population above this posterior weight of the wide component.
+OUTSIDE_POPULATION_WARN = 0.5
 #: Importance-sampling particles per proposal.
 N_PARTICLES = 3000
 #: Pareto k-hat above this: the importance weights are unreliable (Vehtari et al. 2024, JMLR 25(72)).
@@ -178,6 +212,14 @@ class Forecast:
         The proposal the weights came from: ``"prior"``, ``"laplace"`` or ``"mcmc"`` (see :func:`condition`).
     noise_floor : float
         The model's per-step noise floor (normalised units).
+    trend_weight : float
+        Share of the draws that carry on along the run's own recent trend after the last step
+        instead of following the curve (:func:`trend_weight`).
+    outside_population : float
+        Posterior probability that the run lies outside what the population has seen: the weight
+        of the wide component of its prior (:class:`RobustPrior`). Above
+        :data:`OUTSIDE_POPULATION_WARN` the forecast leans on the run's own steps and is wider;
+        :attr:`caveats` says so.
     seed : int
         Seed of the forecast; also fixes the logging noise drawn by :meth:`window_reward`.
 
@@ -203,7 +245,27 @@ class Forecast:
     pareto_k: float = float("nan")
     proposal: str = ""
     noise_floor: float = ModelConfig.noise_floor
+    trend_weight: float = 0.0
+    outside_population: float = 0.0
     seed: int = 0
+
+    @property
+    def caveats(self) -> list[str]:
+        """Plain-language warnings about this forecast (empty when there are none).
+
+        A run outside what the population has seen (:attr:`outside_population` above
+        :data:`OUTSIDE_POPULATION_WARN`), and importance weights that stayed unreliable
+        (Pareto k-hat above :data:`PARETO_K_MAX`).
+        """
+        notes = []
+        if self.outside_population > OUTSIDE_POPULATION_WARN:
+            notes.append(
+                f"the logged steps lie outside what the fitted runs have shown (probability {self.outside_population:.2f}): "
+                "the forecast leans on this run's own steps and its intervals are wider"
+            )
+        if self.pareto_k > PARETO_K_MAX:
+            notes.append(f"the importance weights are unreliable (Pareto k-hat {self.pareto_k:.2f} > {PARETO_K_MAX}): the intervals may be too narrow")
+        return notes
 
     @property
     def last_observed_step(self) -> int | None:
@@ -272,20 +334,22 @@ class Forecast:
         if steps.size == 0:
             raise ModelError("window_reward needs at least one step")
         noise = np.random.default_rng([self.seed, _WINDOW_NOISE_STREAM]).standard_normal(self.draws.shape[0])
-        return FinalReward(self._mean_over(self.draws, steps) + noise * self.step_noise / np.sqrt(steps.size))
+        samples = self._mean_over(self.draws, steps) + noise * self.step_noise / np.sqrt(steps.size)
+        if self.prepared.kind == "range":  # a mean of rewards inside the declared range stays inside it
+            samples = np.clip(samples, self.prepared.loc, self.prepared.loc + self.prepared.unit)
+        return FinalReward(samples)
 
     @property
     def regimes(self) -> dict[str, float]:
         """Posterior weights of three regimes: ``take_off_ahead``, ``plateau`` and ``decline`` (they sum to 1).
 
-        Judged per draw of the expected reward (:attr:`draws`: the curve up to
-        the last logged step, the curve plus the model-discrepancy wander after
-        it; no logging noise), in units of that draw's per-step noise
+        Judged per draw of the expected reward's smooth part (:attr:`curves`: the
+        curve, or the run's own trend for the draws that follow it; neither the
+        model-discrepancy wander nor logging noise), in units of that draw's per-step noise
         :attr:`step_noise`: a change beyond ``m = MATERIAL_NOISE`` (1) noise SD
         is *material*.
 
-        * ``now``: the level at the last logged step; ``rise so far``: ``now``
-          minus the level at the first logged step;
+        * ``now``: the level at the last logged step;
         * ``window``: the mean level over :meth:`final_window_steps` (the
           latent part of :attr:`final`); ``rise ahead``: ``window - now``;
         * ``best``: the larger of ``now`` and the highest smoothed logged reward
@@ -293,27 +357,25 @@ class Forecast:
           :data:`~bayes_grpo.settings.SMOOTHING_BANDWIDTH` of the planned steps).
 
         A draw is in **decline** when ``window < best - m``: the final window
-        sits materially below the best level reached so far. Otherwise it is a
-        **take-off ahead** when ``rise ahead > m`` and ``rise ahead > rise so
-        far``: a material rise, most of the run's rise still to come. Otherwise
-        it is a **plateau** (the main rise is behind, or no material change
-        is ahead). A run not yet started has no rise so far and no best.
+        sits materially below the best level reached so far. Otherwise it has a
+        **take-off ahead** when ``rise ahead > m``: a material rise is still to
+        come, whether the run takes off late or keeps climbing as it has. Otherwise
+        it is a **plateau**: no material change is ahead. A run not yet started
+        has no best.
         """
-        levels = self.draws
+        levels = self.curves
         window = self._mean_over(levels, self.final_window_steps())
         if self.observed_steps.size:
             now = self._mean_over(levels, self.observed_steps[-1:].astype(float))
-            rise_so_far = now - self._mean_over(levels, self.observed_steps[:1].astype(float))
             span = max(float(self.total_steps - self.observed_steps[0]), float(self.observed_steps[-1] - self.observed_steps[0]), 1.0)
             best = np.maximum(now, float(np.max(smoothed(self.observed_steps, self.observed_rewards, span=span))))
         else:
             now = levels[:, 0]
-            rise_so_far = np.zeros_like(now)
             best = now
         material = MATERIAL_NOISE * self.step_noise
         ahead = window - now
         decline = window < best - material
-        take_off = ~decline & (ahead > material) & (ahead > rise_so_far)
+        take_off = ~decline & (ahead > material)
         weights = (take_off.mean(), (~decline & ~take_off).mean(), decline.mean())
         return {name: float(w) for name, w in zip(REGIMES, weights)}
 
@@ -398,6 +460,9 @@ class Conditioning:
         (:func:`arviz.psislw`): at most 0.7 the weighted estimates are reliable, above it not.
     proposal : str
         Which proposal made the particles: ``"prior"``, ``"laplace"`` or ``"mcmc"`` (see :func:`condition`).
+    outside_population : float
+        Posterior probability that the run's parameters come from the wide component of its prior
+        (:class:`RobustPrior`): near 1 when the population cannot explain the logged steps.
     """
 
     theta: np.ndarray
@@ -405,6 +470,7 @@ class Conditioning:
     ess: float
     pareto_k: float
     proposal: str
+    outside_population: float = 0.0
 
     @property
     def reliable(self) -> bool:
@@ -510,12 +576,59 @@ def condition(
     return best
 
 
+class RobustPrior:
+    """A run's prior: the population predictive (:class:`~bayes_grpo.population.RunPrior`) mixed with a wide component.
+
+    The wide component is a Normal with the population predictive's mean and its
+    standard deviations times ``scale``, with prior weight ``share``. A run that looks
+    like the population's runs keeps the population's sharp prior (the wide component's
+    marginal likelihood is lower), while a run whose logged steps the population cannot
+    explain moves to its own evidence: the posterior weight of the wide component,
+    :meth:`wide_share`, says how far outside the population the run lies (a robust
+    meta-analytic prior, Schmidli et al. 2014, Biometrics 70(4)).
+    """
+
+    def __init__(self, population: RunPrior, share: float = WIDE_SHARE, scale: float = WIDE_SCALE):
+        rows = population.components
+        mean, sd = population.mean[rows], population.sd[rows]
+        self.population = population
+        self.share = float(share)
+        self.wide_mean = mean.mean(axis=0)
+        self.wide_sd = scale * np.sqrt(np.mean(sd**2, axis=0) + mean.var(axis=0))
+
+    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        """``size`` parameter vectors (rows) from the mixture."""
+        theta = self.population.sample(rng, size)
+        wide = rng.random(size) < self.share
+        theta[wide] = self.wide_mean + self.wide_sd * rng.standard_normal((int(wide.sum()), len(PARAMS)))
+        return theta
+
+    def _wide_logpdf(self, theta: np.ndarray) -> np.ndarray:
+        z = (theta - self.wide_mean) / self.wide_sd
+        return -0.5 * np.sum(z**2, axis=1) - np.sum(np.log(self.wide_sd)) - 0.5 * len(PARAMS) * np.log(2 * np.pi)
+
+    def logpdf(self, theta: np.ndarray) -> np.ndarray:
+        """Log density of the mixture."""
+        if self.share <= 0:
+            return self.population.logpdf(theta)
+        return np.logaddexp(np.log1p(-self.share) + self.population.logpdf(theta), np.log(self.share) + self._wide_logpdf(theta))
+
+    def wide_share(self, theta: np.ndarray) -> np.ndarray:
+        """Per particle, the probability that it comes from the wide component (its responsibility)."""
+        if self.share <= 0:
+            return np.zeros(theta.shape[0])
+        return np.exp(np.log(self.share) + self._wide_logpdf(theta) - self.logpdf(theta))
+
+
 def _best_attempt(model: PopulationPosterior, prepared: PreparedRun, n_particles: int, seed: int) -> Conditioning:
     """The proposals of :func:`condition` in turn; the first reliable attempt, else the best one."""
     rng = np.random.default_rng(seed)
     config = model.model_config
-    prior = RunPrior(_thinned(model, rng, PRIOR_COMPONENTS), prepared, rng, n_components=PRIOR_COMPONENTS)
+    prior = RobustPrior(RunPrior(_thinned(model, rng, PRIOR_COMPONENTS), prepared, rng, n_components=PRIOR_COMPONENTS), WIDE_SHARE, WIDE_SCALE)
     t, z, counts = bin_observations(prepared.t, prepared.z, config.forecast_bins)
+
+    def measured(attempt: Conditioning) -> Conditioning:
+        return replace(attempt, outside_population=float(np.exp(attempt.log_weights) @ prior.wide_share(attempt.theta)))
 
     def log_lik(theta: np.ndarray) -> np.ndarray:
         # A declared reward range bounds where the curve can start and end.
@@ -528,7 +641,7 @@ def _best_attempt(model: PopulationPosterior, prepared: PreparedRun, n_particles
     log_l = log_lik(theta)
     attempts = [_smoothed(theta, log_l, "prior")]
     if attempts[0].reliable and attempts[0].ess >= 0.25 * n_particles:
-        return attempts[0]
+        return measured(attempts[0])
 
     fallback = _weighted_cov(theta, attempts[0].log_weights) + np.diag(np.full(len(PARAMS), 1e-4))
     mode, cov = _laplace(log_post, theta[np.argsort(log_l)[-2:]], fallback)
@@ -539,15 +652,15 @@ def _best_attempt(model: PopulationPosterior, prepared: PreparedRun, n_particles
         log_q = np.logaddexp(np.log1p(-DEFENSIVE_SHARE) + _mvt_logpdf(theta, mode, cov), np.log(DEFENSIVE_SHARE) + log_prior)
         attempts.append(_smoothed(theta, log_prior + log_lik(theta) - log_q, "laplace"))
         if attempts[-1].reliable:
-            return attempts[-1]
+            return measured(attempts[-1])
         mode = np.exp(attempts[-1].log_weights) @ theta
         cov = _weighted_cov(theta, attempts[-1].log_weights) * 1.5 + np.diag(np.full(len(PARAMS), 1e-8))
 
     for _ in range(MCMC_ROUNDS):
         attempts.append(_mcmc_mixture(rng, prior, log_lik, log_post, max(attempts, key=_quality), n_particles))
         if attempts[-1].reliable:
-            return attempts[-1]
-    return max(attempts, key=_quality)
+            return measured(attempts[-1])
+    return measured(max(attempts, key=_quality))
 
 
 def _quality(attempt: Conditioning) -> tuple[bool, float, float]:
@@ -564,7 +677,7 @@ def _weighted_cov(theta: np.ndarray, log_weights: np.ndarray) -> np.ndarray:
 
 def _mcmc_mixture(
     rng: np.random.Generator,
-    prior: RunPrior,
+    prior: RobustPrior,
     log_lik: Callable[[np.ndarray], np.ndarray],
     log_post: Callable[[np.ndarray], np.ndarray],
     start: Conditioning,
@@ -779,8 +892,13 @@ def forecast(
     t_grid = grid / total
     curves = expected_reward(config, t_grid[None], {name: value[:, None] for name, value in p.items()})
     t_last = last / total
+    trend = trend_weight(model, prepared, conditioned) if prepared.steps.size else 0.0
+    if trend > 0:
+        curves = trend_paths(config, prepared, curves, t_grid, t_last, rng, trend)
     drift = float(config.drift if drift is None else drift)
     levels = curves + _brownian_discrepancy(rng, t_grid, t_last, drift * p["sigma"], config.drift_df) if drift > 0 else curves
+    if prepared.kind == "range":  # an expected reward cannot leave the range the reward functions can give
+        curves, levels = np.clip(curves, 0.0, 1.0), np.clip(levels, 0.0, 1.0)
     current = expected_reward(config, np.array([t_last]), p) if last else r0
     plateau_t = plateau_progress(config.form, tau, beta)
     return Forecast(
@@ -799,8 +917,116 @@ def forecast(
         pareto_k=conditioned.pareto_k,
         proposal=conditioned.proposal,
         noise_floor=config.noise_floor,
+        trend_weight=trend,
+        outside_population=conditioned.outside_population,
         seed=seed,
     )
+
+
+def _window_split(prepared: PreparedRun) -> tuple[PreparedRun, np.ndarray] | None:
+    """The run without its last :data:`TREND_WINDOW` of logged steps (same normalisation), and that window's
+    mask; None when either part would have fewer than :data:`TREND_MIN_POINTS` steps."""
+    n = prepared.t.size
+    size = max(TREND_MIN_POINTS, int(np.ceil(TREND_WINDOW * n)))
+    if n - size < TREND_MIN_POINTS:
+        return None
+    earlier = replace(prepared, steps=prepared.steps[:-size], t=prepared.t[:-size], z=prepared.z[:-size])
+    return earlier, np.arange(n) >= n - size
+
+
+def linear_trend(t: np.ndarray, z: np.ndarray, counts: np.ndarray, step_sd: float) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior mean and covariance of ``(level at t[-1], slope)`` of binned rewards under a flat level prior
+    and a Normal(0, :data:`TREND_PRIOR_SD`) slope prior; bins have noise ``step_sd / sqrt(count)``."""
+    design = np.column_stack([np.ones_like(t), t - t[-1]])
+    precision = design.T @ (design * (counts / step_sd**2)[:, None]) + np.diag([0.0, 1.0 / TREND_PRIOR_SD**2])
+    cov = np.linalg.inv(precision + np.diag([1e-12, 0.0]))
+    mean = cov @ (design.T @ (counts * z / step_sd**2))
+    return mean, cov
+
+
+def _rising(mean: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`linear_trend`'s posterior restricted to a trend that does not fall: a falling one becomes flat at
+    its level given a zero slope. Only a rise carries on: a fall is the curve's, the wander's and the stopping
+    rule's to judge (a dip recovers)."""
+    if mean[1] >= 0:
+        return mean, cov
+    level = mean[0] - cov[0, 1] / cov[1, 1] * mean[1]
+    return np.array([level, 0.0]), np.diag([cov[0, 0] - cov[0, 1] ** 2 / cov[1, 1], 0.0])
+
+
+def _decayed(ahead: np.ndarray, horizon: float | np.ndarray = TREND_HORIZON) -> np.ndarray:
+    """How far a unit slope carries over ``ahead`` progress when it decays exponentially over ``horizon``."""
+    return horizon * -np.expm1(-np.clip(ahead, 0, None) / horizon)
+
+
+def trend_weight(model: PopulationPosterior, prepared: PreparedRun, conditioned: Conditioning, prior: float | None = None) -> float:
+    """Posterior probability that the run follows its own recent trend rather than the population's curve.
+
+    Both are asked to forecast the last :data:`TREND_WINDOW` of the logged points from
+    the points before it (a leave-future-out comparison on the run itself): the curve
+    by its posterior given the earlier points, obtained from the run's ``conditioned``
+    particles by Pareto-smoothed importance weights that take the window out
+    (approximate leave-future-out, Buerkner, Gabry and Vehtari 2020), the trend by a
+    straight line through the end of the earlier points, decaying as the forecast's
+    does (:func:`linear_trend`, :data:`TREND_HORIZON`). The prior odds
+    :data:`TREND_PRIOR` are updated by the ratio of the two predictive densities: a run
+    whose rewards kept climbing where the curve expected a bend moves to its trend, a
+    run that bent as the curve expected stays with the curve. A run whose rewards are
+    not clearly climbing over the window (slope below :data:`TREND_CLEAR_SE` standard
+    errors) has no rise to carry on: 0.
+    """
+    prior = TREND_PRIOR if prior is None else prior
+    split = _window_split(prepared)
+    if split is None or prior <= 0:
+        return float(prior if split is None else 0.0)
+    earlier, window = split
+    config = model.model_config
+    t_w, z_w, c_w = bin_observations(prepared.t[window], prepared.z[window], config.forecast_bins)
+    recent, recent_cov = linear_trend(t_w, z_w, c_w, max(noise_scale(prepared.z), config.noise_floor))
+    if recent[1] < TREND_CLEAR_SE * np.sqrt(recent_cov[1, 1]):
+        return 0.0  # not clearly climbing now: there is no rise to carry on
+    ll_w = log_likelihood(config, conditioned.theta, t_w, z_w, c_w)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a large k-hat only makes the comparison rougher
+        without_window, _ = az.psislw(conditioned.log_weights - ll_w)
+    curve = float(logsumexp(np.asarray(without_window) + ll_w))
+
+    t_e, z_e, c_e = bin_observations(earlier.t, earlier.z, config.forecast_bins)
+    step_sd = max(noise_scale(prepared.z), config.noise_floor)
+    tail = max(TREND_MIN_POINTS, min(t_e.size, t_w.size))
+    mean, cov = _rising(*linear_trend(t_e[-tail:], z_e[-tail:], c_e[-tail:], step_sd))
+    design = np.column_stack([np.ones_like(t_w), _decayed(t_w - t_e[-1])])
+    predictive_cov = design @ cov @ design.T + np.diag(step_sd**2 / c_w)
+    own = float(multivariate_normal.logpdf(z_w, design @ mean, predictive_cov))
+    return float(expit(np.log(prior) - np.log1p(-prior) + own - curve))
+
+
+def trend_paths(
+    config: ModelConfig, prepared: PreparedRun, curves: np.ndarray, t_grid: np.ndarray, t_last: float, rng: np.random.Generator, weight: float
+) -> np.ndarray:
+    """Curve draws of which a share ``weight`` (:func:`trend_weight`) carry on along the log's recent trend.
+
+    The trend is a straight line through the last :data:`TREND_WINDOW` of the logged
+    points (:func:`linear_trend`, its slope shrunk towards zero and drawn from its
+    posterior; a falling one is taken as flat, :func:`_rising`), continued from each chosen draw's level at
+    the last step and decaying over a horizon of progress drawn per draw (median
+    :data:`TREND_HORIZON`, log-normal spread :data:`TREND_HORIZON_SD`): some rises stop
+    soon, some run to the end of the plan.
+    """
+    split = _window_split(prepared)
+    window = split[1] if split is not None else np.ones(prepared.t.size, bool)
+    t, z, counts = bin_observations(prepared.t[window], prepared.z[window], config.forecast_bins)
+    if t.size < 2:
+        return curves
+    step_sd = max(noise_scale(prepared.z), config.noise_floor)
+    mean, cov = _rising(*linear_trend(t, z, counts, step_sd))
+    n = curves.shape[0]
+    slopes = mean[1] + np.sqrt(cov[1, 1]) * rng.standard_normal(n)
+    chosen = rng.random(n) < weight
+    last = min(int(np.searchsorted(t_grid, t_last)), t_grid.size - 1)
+    horizons = TREND_HORIZON * np.exp(TREND_HORIZON_SD * rng.standard_normal(n))
+    path = curves[:, [last]] + slopes[:, None] * _decayed((t_grid - t_last)[None], horizons[:, None])
+    return np.where(chosen[:, None] & (t_grid > t_last)[None], path, curves)
 
 
 def _grid(last: int, total: int) -> np.ndarray:

@@ -1,0 +1,83 @@
+"""Forecasts that follow the run's own evidence: a rise that carries on, and a prior that gives way."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import bayes_grpo as bg
+from bayes_grpo import measures, shapes
+from bayes_grpo.forecast import OUTSIDE_POPULATION_WARN, RobustPrior, linear_trend, trend_paths
+from bayes_grpo.population import PARAMS, RunPrior
+from bayes_grpo.prepare import prepare_run
+
+
+@pytest.fixture(scope="module")
+def model() -> bg.FittedModel:
+    return bg.default_model()
+
+
+def _truth_and_forecast(model: bg.FittedModel, shape: str, fraction: float, total: int = 2000, noise: float = 0.03):
+    run = shapes.make_run(shape, total, noise, seed=0)
+    return measures.final_reward(run.rewards), model.forecast(run.head(int(fraction * total)), total_steps=total, seed=0)
+
+
+def test_a_run_still_climbing_at_the_cut_is_forecast_to_keep_climbing(model: bg.FittedModel) -> None:
+    truth, fc = _truth_and_forecast(model, "straight", 0.5)
+    lo, hi = fc.final.interval(0.9)
+    assert fc.trend_weight > 0.5, fc.trend_weight
+    assert fc.regimes["plateau"] < 0.5, fc.regimes
+    assert lo <= truth <= hi, (truth, lo, hi)
+
+
+def test_a_run_that_has_levelled_off_keeps_to_its_curve(model: bg.FittedModel) -> None:
+    truth, fc = _truth_and_forecast(model, "early_plateau", 0.5)
+    lo, hi = fc.final.interval(0.9)
+    assert fc.trend_weight < 0.5, fc.trend_weight
+    assert fc.regimes["plateau"] > 0.5, fc.regimes
+    assert lo <= truth <= hi, (truth, lo, hi)
+
+
+def test_the_fitted_trend_recovers_a_known_slope() -> None:
+    t = np.linspace(0.2, 0.5, 60)
+    z = 1.0 + 2.0 * (t - t[-1]) + np.random.default_rng(0).normal(0, 0.05, t.size)
+    mean, cov = linear_trend(t, z, np.ones_like(t), step_sd=0.05)
+    assert mean == pytest.approx([1.0, 2.0], abs=4 * np.sqrt(np.diag(cov)).max())
+    assert cov[1, 1] < 0.1
+
+
+def test_a_falling_run_is_not_carried_down_by_its_trend(model: bg.FittedModel) -> None:
+    run = shapes.make_run("rise_decline", 2000, 0.03, seed=0)
+    prepared = prepare_run(run.head(1600), total_steps=2000)
+    t_grid = np.linspace(0, 1, 201)[1:]
+    curves = np.tile(np.linspace(0, 1, 200), (50, 1))  # any curve draws: the trend draws start from their level now
+    paths = trend_paths(model.model_config, prepared, curves, t_grid, 0.8, np.random.default_rng(0), weight=1.0)
+    after = t_grid > 0.8
+    now = curves[:, [np.searchsorted(t_grid, 0.8)]]
+    assert np.all(paths[:, after] >= now - 1e-12)
+
+
+def test_a_run_the_population_cannot_explain_moves_to_the_wide_prior_and_says_so(model: bg.FittedModel) -> None:
+    # A near-noiseless climb: per-step noise of 0.001 of a 0.5 rise, far below any fitted run's.
+    rewards = 0.1 + 0.5 * np.sqrt(np.linspace(0, 1, 600)) + 0.001 * np.random.default_rng(0).standard_normal(600)
+    run = bg.RunLog("too-clean", __import__("pandas").DataFrame({"step": np.arange(1, 601), "reward": rewards}), bg.RunMetadata())
+    fc = model.forecast(run, total_steps=1200, seed=0)
+    assert fc.outside_population > OUTSIDE_POPULATION_WARN
+    assert any("outside what the fitted runs have shown" in note for note in fc.caveats)
+
+
+def test_a_typical_bundled_run_stays_with_the_population(model: bg.FittedModel) -> None:
+    run = bg.load_runs()[0]
+    fc = model.forecast(run.head(len(run) // 2), total_steps=run.total_steps or run.last_step, seed=0)
+    assert fc.outside_population < OUTSIDE_POPULATION_WARN
+    assert not any("outside" in note for note in fc.caveats)
+
+
+def test_the_robust_prior_samples_what_its_density_describes(model: bg.FittedModel) -> None:
+    rng = np.random.default_rng(0)
+    prepared = prepare_run(bg.load_runs()[0])
+    prior = RobustPrior(RunPrior(model, prepared, rng, n_components=64), share=0.3, scale=2.5)
+    theta = prior.sample(rng, 20000)
+    # The wide component's responsibility averages its prior weight over the prior's own draws.
+    assert prior.wide_share(theta).mean() == pytest.approx(0.3, abs=0.02)
+    assert theta.shape == (20000, len(PARAMS)) and np.all(np.isfinite(prior.logpdf(theta)))
