@@ -454,7 +454,9 @@ def _run_forecast(args: argparse.Namespace) -> int:
     lo50, hi50 = final.interval(0.5)
     lo90, hi90 = final.interval(0.9)
     regimes = ", ".join(f"{name.replace('_', ' ')} {weight:.2f}" for name, weight in fc.regimes.items())
-    print(f"regimes: {regimes}; importance sampling ESS {fc.ess:.0f}, Pareto k {fc.pareto_k:.2f}")
+    print(f"regimes: {regimes}; draws following the run's own trend {fc.trend_weight:.2f}; importance sampling ESS {fc.ess:.0f}, Pareto k {fc.pareto_k:.2f}")
+    for caveat in fc.caveats:
+        print(f"note: {caveat}")
     print(
         f"final reward (mean of the last 10% of steps to {fc.total_steps}): mean {final.mean:.4g}, "
         f"median {final.quantile(0.5):.4g}, 50% [{lo50:.4g}, {hi50:.4g}], 90% [{lo90:.4g}, {hi90:.4g}]"

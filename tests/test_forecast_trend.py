@@ -81,3 +81,15 @@ def test_the_robust_prior_samples_what_its_density_describes(model: bg.FittedMod
     # The wide component's responsibility averages its prior weight over the prior's own draws.
     assert prior.wide_share(theta).mean() == pytest.approx(0.3, abs=0.02)
     assert theta.shape == (20000, len(PARAMS)) and np.all(np.isfinite(prior.logpdf(theta)))
+
+
+def test_the_cli_says_when_a_run_lies_outside_the_population(tmp_path, capsys) -> None:
+    from bayes_grpo.cli import main
+
+    rewards = 0.1 + 0.5 * np.sqrt(np.linspace(0, 1, 600)) + 0.001 * np.random.default_rng(0).standard_normal(600)
+    log = tmp_path / "too_clean.csv"
+    log.write_text("step,reward\n" + "".join(f"{step},{reward}\n" for step, reward in zip(range(1, 601), rewards)))
+    assert main(["forecast", str(log), "--total-steps", "1200"]) == 0
+    out = capsys.readouterr().out
+    assert "note: the logged steps lie outside what the fitted runs have shown" in out
+    assert "draws following the run's own trend" in out
