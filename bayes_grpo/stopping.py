@@ -261,7 +261,8 @@ def _window_mean(fc: Forecast, values: np.ndarray, steps: np.ndarray) -> np.ndar
     weights = np.zeros(grid.size)
     np.add.at(weights, left, 1.0 - frac)
     np.add.at(weights, right, frac)
-    return values @ (weights / steps.size)
+    used = np.flatnonzero(weights)  # a window covers a few grid steps: weigh those columns only
+    return (values[:, used] * (weights[used] / steps.size)).sum(axis=1)
 
 
 def remaining_gain(fc: Forecast) -> np.ndarray:
