@@ -87,9 +87,10 @@ def test_the_gain_is_the_curve_not_the_wander_and_no_trend_floor() -> None:
     curves = np.full((400, STEPS.size), 0.5)  # the curves say: nothing left
     wander = np.cumsum(0.02 * rng.standard_normal((400, STEPS.size)), axis=1)
     fc = _forecast(curves + wander, RUN, STEPS, np.full(400, 0.5), curves=curves)  # RUN climbed from 0.1 to 0.5
-    assert np.all(remaining_gain(fc) == 0.0)
+    assert remaining_gain(fc) == pytest.approx(np.zeros(400), abs=1e-12)
     decision = decision_from_forecast(fc, min_fraction=0.0)
-    assert decision.expected_gain == 0.0 and decision.gain_interval == (0.0, 0.0) and decision.should_stop
+    assert decision.expected_gain == pytest.approx(0.0, abs=1e-12) and decision.gain_interval == pytest.approx((0.0, 0.0), abs=1e-12)
+    assert decision.should_stop and decision.reason == "plateau"
 
 
 def test_scale_is_the_logged_spread_or_the_declared_range() -> None:
