@@ -309,7 +309,8 @@ def write(
         f"rate of keeping the best: {verdict(all(ours['steps saved'] > b['steps saved'] and ours['best pruned'] <= b['best pruned'] for b in (median, halving)))}",
         f"- ranking 20 runs of 1,000 steps <= 1 s (`benchmarks/rank_speed.py`): median {speed['rank_wall_s']:.2f} s wall "
         f"({speed['rank_cpu_s']:.2f} s CPU; the 20 forecasts alone {speed['forecasts_wall_s']:.2f} s, {speed['per_forecast_s']:.3f} s each; "
-        f"machine load average {speed['load_rank']:.1f} on 2 cores): {verdict(speed['rank_wall_s'] <= 1.0)}",
+        f"machine load average {speed['load_rank']:.1f} on 2 cores, under which one forecast of `forecast_speed.py`'s reference log took "
+        f"{speed['reference_forecast_s']:.3f} s): {verdict(speed['rank_wall_s'] <= 1.0)}",
         f"- should_prune <= 0.2 s at a check: median {timed['should_prune_seconds'].median():.3f} s, 95th percentile "
         f"{timed['should_prune_seconds'].quantile(0.95):.3f} s, max {timed['should_prune_seconds'].max():.3f} s over {len(timed)} checks "
         f"(load average {speed['load_replays']:.1f} on 2 cores): {verdict(timed['should_prune_seconds'].quantile(0.95) <= 0.2)} (95th percentile)",

@@ -5,7 +5,9 @@ rise of different size and timing, a plateau; Student-t noise), each logged ever
 1,000 of a 2,000-step plan, on a learned reward scale: every run is in progress, so every run is
 forecast. The median wall time and CPU time of ``model.rank`` over several calls are reported, with
 the time of the 20 forecasts alone (the rest is the joint draws). Target: <= 1 s.
-Run it on an otherwise idle machine; the CPU time is the figure that load does not change much.
+Run it on an otherwise idle machine. On a loaded one, the reference figure puts the times in
+scale: the median time, taken alongside, of one forecast of ``benchmarks/forecast_speed.py``'s
+1,000-step log (its idle figure is in ``benchmarks/results/forecast_speed.md``).
 Prints the figures; ``benchmarks/backtest_sweeps.py`` puts them in its results.
 
     python benchmarks/rank_speed.py [--calls 5] [--runs 20] [--steps 1000]
@@ -21,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 import bayes_grpo as bg
+from forecast_speed import synthetic_log
 
 
 def synthetic_sweep(n_runs: int = 20, n_steps: int = 1000, seed: int = 0) -> list[bg.RunLog]:
@@ -41,7 +44,8 @@ def synthetic_sweep(n_runs: int = 20, n_steps: int = 1000, seed: int = 0) -> lis
 def measure(model: bg.FittedModel, runs: list[bg.RunLog], calls: int) -> dict[str, float]:
     """Median wall and CPU seconds of ``model.rank(runs)``, and of the forecasts it makes, over ``calls`` calls."""
     model.rank(runs, seed=0)  # warm-up (imports, cached population arrays)
-    wall, cpu, forecasts = [], [], []
+    reference_run = synthetic_log()
+    wall, cpu, forecasts, reference = [], [], [], []
     for seed in range(1, calls + 1):
         started, started_cpu = time.perf_counter(), time.process_time()
         model.rank(runs, seed=seed)
@@ -51,6 +55,9 @@ def measure(model: bg.FittedModel, runs: list[bg.RunLog], calls: int) -> dict[st
         for run in runs:
             model.forecast(run, n_draws=500, seed=seed)
         forecasts.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        model.forecast(reference_run, seed=seed)
+        reference.append(time.perf_counter() - started)
     return {
         "runs": len(runs),
         "logged_steps": int(runs[0].last_step),
@@ -58,6 +65,7 @@ def measure(model: bg.FittedModel, runs: list[bg.RunLog], calls: int) -> dict[st
         "rank_cpu_s": float(np.median(cpu)),
         "forecasts_wall_s": float(np.median(forecasts)),
         "per_forecast_s": float(np.median(forecasts)) / len(runs),
+        "reference_forecast_s": float(np.median(reference)),
     }
 
 
@@ -72,7 +80,8 @@ def main() -> None:
     print(
         f"rank {figures['runs']} runs of {figures['logged_steps']} logged steps: median {figures['rank_wall_s']:.2f} s wall, "
         f"{figures['rank_cpu_s']:.2f} s CPU (target <= 1 s: {'met' if figures['rank_wall_s'] <= 1.0 else 'missed'}); "
-        f"the {figures['runs']} forecasts alone {figures['forecasts_wall_s']:.2f} s ({figures['per_forecast_s']:.3f} s each)"
+        f"the {figures['runs']} forecasts alone {figures['forecasts_wall_s']:.2f} s ({figures['per_forecast_s']:.3f} s each); "
+        f"reference: one forecast of forecast_speed.py's log {figures['reference_forecast_s']:.3f} s"
     )
 
 
