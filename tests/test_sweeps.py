@@ -322,3 +322,17 @@ def test_finished_trials_that_beat_their_forecasts_make_the_pruner_wait(model: b
     assert bar == pytest.approx(first[-10:].mean())
     assert trial.should_prune() is (not recalibrate)
     assert (probability >= 0.05) is recalibrate
+
+
+def test_optuna_is_an_optional_extra_with_a_clear_message_when_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+    import sys
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    assert "optuna" not in " ".join(project["dependencies"]) and project["optional-dependencies"]["optuna"] == ["optuna>=4"]
+    for name in [m for m in sys.modules if m == "optuna" or m.startswith("optuna.")]:
+        monkeypatch.setitem(sys.modules, name, None)  # as if Optuna were not installed
+    monkeypatch.delitem(sys.modules, "bayes_grpo.integrations.optuna")
+    with pytest.raises(ImportError, match=r"needs Optuna: pip install 'bayes_grpo\[optuna\]'"):
+        importlib.import_module("bayes_grpo.integrations.optuna")
