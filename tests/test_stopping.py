@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -412,3 +413,20 @@ def test_a_real_qwen3_run_reports_a_gain_inside_its_interval_and_the_forecasts()
     assert lo < decision.expected_gain < hi
     assert decision.expected_gain == pytest.approx(fc.final.mean - float(np.mean(fc.current)), abs=0.05 * decision.scale)
     assert f"expected further gain {decision.expected_gain:.3g} (90% interval {lo:.3g} to {hi:.3g})" in decision.explain()
+
+
+def test_the_stop_command_prints_a_gain_inside_its_interval(capsys: pytest.CaptureFixture[str]) -> None:
+    """What the user saw: ``bayes-grpo stop`` on a real Qwen3 run printed a mean outside its own interval."""
+    folder = shared_runs_dir()
+    if folder is None or not (folder / "runs" / f"{QWEN3_RUN}.csv").exists():
+        pytest.skip("needs the shared external runs (../shared/external_runs)")
+    _model_or_skip()
+    from bayes_grpo.cli import main
+
+    log = str(folder / "runs" / f"{QWEN3_RUN}.csv")
+    assert main(["stop", log, "--at", "35", "--family", "qwen", "--params-b", "1.72", "--total-steps", "50"]) == 0
+    printed = capsys.readouterr().out
+    match = re.search(r"expected further gain (\S+) \(90% interval (\S+) to (\S+)\)", printed)
+    assert match, printed
+    gain, lo, hi = (float(v) for v in match.groups())
+    assert lo <= gain <= hi and lo < hi
