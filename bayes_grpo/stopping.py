@@ -659,7 +659,7 @@ def stop_reason(
         return "end"
     if evidence.step < min_fraction * evidence.total_steps:
         return "early"
-    doubt = 1.0 - threshold
+    doubt = round(1.0 - threshold, 12)  # 1 - 0.99 is 0.010000000000000009 in floating point: a share of exactly 1% is not below it
     if evidence.rise_probability(tolerance, scale) > doubt:
         return "rising"
     if evidence.in_dip:
