@@ -290,6 +290,9 @@ def test_a_fall_the_forecast_gets_back_from_is_a_dip_not_a_decline() -> None:
     assert "a dip is not a decline" in decision.explain()
     # The same at a threshold of 0.5: the fall stops once fewer than half of the draws get back.
     assert decision_from_forecast(_fallen_forecast(np.array([0.2, 0.2, 0.8])), threshold=0.5).reason == "fall"
+    one_in_a_hundred = np.full(100, 0.2)
+    one_in_a_hundred[0] = 0.8
+    assert decision_from_forecast(_fallen_forecast(one_in_a_hundred)).reason == "dip"  # 1% is not below 1 - 0.99
 
 
 @pytest.mark.parametrize(("threshold", "tolerance", "min_fraction"), [(0.9, 0.01, 0.0), (0.5, 0.3, 0.0), (0.9, 0.01, 0.5), (0.99, 0.001, 0.7)])
