@@ -11,19 +11,21 @@ finished trial's measured final-window mean, a running trial's forecast median
 ``min_fraction`` of its plan). Trials are read from the study's storage, so
 trials of other processes count.
 
-**Recalibration on the study's own trials.** A forecast's upper tail can be too
-thin for a recipe whose runs take off late; the study's finished trials show how
-far. At each check, every finished trial's forecast from the same share of its plan
-(the forecast made at its own check there, or made now) is compared with its
-measured final: its PIT ``u_j``, the forecast probability of a final at most the
-measured one. The rate at which finished trials ended above their forecast's
-``1 - p`` quantile estimates how often a forecast probability ``p`` of ending above
-the bar really comes true: ``(#{j: u_j > 1 - p} + w p) / (n + w)`` over the ``n``
-finished trials, the model's own ``p`` weighing as :data:`MODEL_WEIGHT` trials. The
-pruner uses the larger of ``p`` and that estimate, so the study's trials can only make
-it more cautious: where forecasts have been calibrated (``u_j`` uniform) ``p`` stands;
-where finished trials beat their forecasts' upper tail (a recipe whose runs take off
-late), a trial is not pruned on its forecast alone.
+**Recalibration on the study's own trials.** The runs of one sweep share a recipe,
+so their forecasts tend to miss the same way: a recipe whose runs take off late is
+forecast too low for all of them. The study's finished trials measure that bias. At
+each check, every finished trial's forecast from the same share of its plan (made at
+its own check there, or now) is compared with its measured final: its PIT ``u_j``
+(the forecast probability of a final at most the measured one), as a normal score
+``z_j = Phi^-1(u_j)``. With calibrated forecasts the scores are standard normal; a
+sweep's bias ``d`` shifts them all, ``z_j ~ N(d, 1)``, and with a ``N(0, 1 / w)``
+prior on ``d`` (``w`` = :data:`MODEL_WEIGHT`: the model's calibration counts as ``w``
+finished trials) the bias is estimated as ``sum z_j / (n + w)`` with variance
+``1 / (n + w)``. A trial whose forecast gives probability ``p`` of ending above the
+bar then has ``Phi((Phi^-1(p) + sum z_j / (n + w)) / sqrt(1 + 1 / (n + w)))``. The
+pruner uses the larger of ``p`` and that, so the recalibration only makes it more
+cautious: where finished trials ended above their forecasts, or before any has, a
+small ``p`` is not taken at face value.
 
 The pruner follows the study's direction: for ``"minimize"`` it forecasts the
 negated values (a falling loss is then a rising curve, the shape the population
@@ -72,8 +74,8 @@ if TYPE_CHECKING:
 
 #: Fewest reported values a trial needs before it is forecast (fewer barely constrain its curve).
 MIN_POINTS = 5
-#: How many finished trials the model's own forecast counts as when it is recalibrated on a study's finished trials.
-MODEL_WEIGHT = 2.0
+#: Prior precision of a sweep's forecast bias in normal scores: how many finished trials the model's own calibration counts as.
+MODEL_WEIGHT = 1.0
 #: User attributes a trial may set to describe its run.
 TRIAL_ATTRS = ("total_steps", "family", "params_b")
 
@@ -251,7 +253,7 @@ class ForecastPruner(BasePruner):
         return max(finals) if finals else None
 
     def _recalibrated(self, study: Study, trial: FrozenTrial, probability: float, check: int, sign: float) -> float:
-        """``probability``, or its recalibration on the study's finished trials at the same check when larger (module docstring)."""
+        """``probability``, or its recalibration for the sweep's forecast bias measured on the finished trials when larger (module docstring)."""
         pits = []
         for other in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             steps, values = _series(other, sign)
@@ -265,16 +267,12 @@ class ForecastPruner(BasePruner):
             seen = steps <= at[0]
             samples = self._final_samples(other.number, steps[seen], values[seen], description)
             pits.append(float(np.mean(samples <= final_reward(values))))
-        if not pits:
-            return probability
         # Draws resolve probabilities to one draw's share: 0 or 1 means beyond every draw, taken as half a draw's share.
         edge = 0.5 / self.n_draws
-        p = min(max(probability, edge), 1.0 - edge)
-        exceeded = sum(pit > 1.0 - p for pit in pits)
-        tail = (exceeded + MODEL_WEIGHT * p) / (len(pits) + MODEL_WEIGHT)
-        shift = float(np.sum(norm.ppf(np.clip(pits, edge, 1.0 - edge)))) / (len(pits) + MODEL_WEIGHT)
-        shifted = float(norm.sf(norm.isf(p) - shift))
-        return max(probability, tail, shifted)
+        scores = norm.ppf(np.clip(pits, edge, 1.0 - edge))
+        precision = len(pits) + MODEL_WEIGHT
+        z = (norm.ppf(min(max(probability, edge), 1.0 - edge)) + float(np.sum(scores)) / precision) / np.sqrt(1.0 + 1.0 / precision)
+        return max(probability, float(norm.cdf(z)))
 
     def _final_samples(self, number: int, steps: np.ndarray, values: np.ndarray, description: dict[str, Any]) -> np.ndarray:
         """Draws of the forecast final reward of trial ``number`` from the values reported up to ``steps[-1]`` (cached)."""
