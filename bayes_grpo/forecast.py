@@ -871,14 +871,18 @@ def forecast(
         reward_range=reward_range,
         source=source,
     )
-    if prepared.kind == "learned" and prepared.z.size >= 3 and np.ptp(prepared.z) == 0.0:
+    no_scale = prepared.kind == "learned" and prepared.z.size >= 3 and np.ptp(prepared.z) == 0.0
+    if no_scale:
         warnings.warn(
             f"run {prepared.run_id!r}: the {prepared.z.size} rewards logged so far are all equal, so they give the "
             "forecast no reward scale and it shows no change; pass reward_range=(min, max) for one",
             UserWarning,
             stacklevel=2,
         )
-    conditioned = condition(model, prepared, seed=seed)
+    with warnings.catch_warnings():
+        if no_scale:  # its weights cannot be good, and the warning above already says the forecast shows no change
+            warnings.filterwarnings("ignore", message=".*importance weights stay poor")
+        conditioned = condition(model, prepared, seed=seed)
     config = model.model_config
     rng = np.random.default_rng(seed + 1)
     picks = _systematic_resample(np.exp(conditioned.log_weights), n_draws, rng)

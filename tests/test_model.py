@@ -147,7 +147,7 @@ def test_default_model_is_one_small_versioned_file_that_loads_offline(monkeypatc
         attrs = dict(handle.attrs)
     assert int(attrs[FORMAT_ATTR]) == FORMAT_VERSION and attrs["package_version"] == bg.__version__
     assert json.loads(attrs["model_config"])["form"] == "loglogistic"
-    assert model.fitted_on["runs"] and model.fitted_on["n_runs"] == 201, "the default model records what it was fitted on"
+    assert model.fitted_on["runs"] and model.fitted_on["n_runs"] == 256, "the default model records what it was fitted on"
     assert model.fitted_on["model_version"] == MODEL_VERSION, "the shipped posterior is the current model"
     assert model.diagnostics is not None and model.diagnostics.max_r_hat <= 1.01
 
@@ -220,9 +220,9 @@ def test_flat_run_forecast_does_not_invent_a_rise(observed):
     run = bg.read_log(frame, run_id="flat", family="llama", params_b=1.0, total_steps=200)
     forecast = bg.default_model().forecast(run.head(observed))
     spread = np.ptp(frame["reward"])
-    # The real runs' population (learned scale) has seen flat heads take off, so the median may move up
-    # by a fifth of the spread, but not by a rise of the size of the spread.
-    assert abs(forecast.final.quantile(0.5) - 0.4) < 0.25 * spread
+    # The real runs' population (learned scale, 92 runs) has seen many flat heads take off, so the median
+    # may move up by about a quarter of the spread, but not by a rise of the size of the spread.
+    assert abs(forecast.final.quantile(0.5) - 0.4) < 0.3 * spread
     if observed == 200:
         low, high = forecast.final.interval(0.9)
         assert high - low < 0.5 * spread
