@@ -95,9 +95,9 @@ def find_sweeps(runs: Sequence[bg.RunLog], index: pd.DataFrame) -> list[tuple[st
 
 #: The ForecastPruner settings replayed: the defaults first (the targets are judged on them).
 FORECAST_VARIANTS = {
-    "bayes_grpo ForecastPruner (defaults: threshold 0.05, from 30%, recalibrated)": {},
-    "bayes_grpo ForecastPruner (forecast alone: recalibrate=False)": {"recalibrate": False},
-    "bayes_grpo ForecastPruner (from 50%: min_fraction=0.5)": {"min_fraction": 0.5},
+    "bayes_grpo ForecastPruner (defaults: threshold 0.05, from 50%, recalibrated)": {},
+    "bayes_grpo ForecastPruner (from 30%: min_fraction=0.3)": {"min_fraction": 0.3},
+    "bayes_grpo ForecastPruner (from 30%, forecast alone: min_fraction=0.3, recalibrate=False)": {"min_fraction": 0.3, "recalibrate": False},
 }
 
 
@@ -323,7 +323,7 @@ def write(
         f"as an Optuna study in {args.seeds} random trial orders (seeds 0-{args.seeds - 1}), the same orders for every pruner. "
         f"Each sweep is pruned by the model of the source-grouped fold that holds it ({args.folds} folds, seed {args.seed}, "
         f"fit options {fit_options(args.draws, args.chains) or 'package defaults'}; the model never saw the sweep's source). "
-        f"The ForecastPruner checks every {args.check_interval:.0%} of the plan from 30% on (`check_interval={args.check_interval:g}`); "
+        f"The ForecastPruner checks every {args.check_interval:.0%} of the plan (`check_interval={args.check_interval:g}`) from its `min_fraction` on; "
         "Optuna's pruners are asked after every reported step. Truth = smoothed final reward; regret in units of the sweep's "
         "10-90% reward spread.\n\n",
         markdown(sweep_rows),

@@ -280,9 +280,9 @@ pd.DataFrame({f"> {v:.2f}": ranking.p_beats(v) for v in values})""",
     "## Prune it with Optuna\n\nThe sweep replayed as an Optuna study: one trial per run, in a random order, each "
     "reporting its logged reward step by step (`trial.report(reward, step)`) and asking `trial.should_prune()`. The "
     "trial's planned length comes from its user attribute `total_steps`. `ForecastPruner` checks every "
-    "`check_interval` of the plan from 30% on (here every 10% to keep the notebook quick) and prunes when the "
-    "probability of ending above the best other trial's final falls below 5%. Optuna's `MedianPruner`, with the same "
-    "30% warm-up, replays the same order.",
+    "`check_interval` of the plan from `min_fraction` (half the plan) on, here every 10% to keep the notebook quick, "
+    "and prunes when the probability of ending above the best other trial's final falls below 5%. Optuna's "
+    "`MedianPruner`, with the same warm-up of half the plan, replays the same order.",
     """import optuna
 
 from bayes_grpo.integrations.optuna import ForecastPruner
@@ -312,7 +312,7 @@ def replay(pruner, order):
 order = np.random.default_rng(0).permutation(len(sweep))
 pruned = {
     "ForecastPruner": replay(ForecastPruner(model, check_interval=0.1), order),
-    "MedianPruner": replay(optuna.pruners.MedianPruner(n_warmup_steps=int(0.3 * total)), order),
+    "MedianPruner": replay(optuna.pruners.MedianPruner(n_warmup_steps=int(0.5 * total)), order),
 }
 pruned["ForecastPruner"]""",
     "Steps saved, and whether the best run survived:",

@@ -201,7 +201,7 @@ def test_the_pruner_stops_a_trial_that_cannot_beat_a_finished_one(model: bg.Fitt
     study = optuna.create_study(direction="maximize", pruner=pruner)
     assert _replay(study, best) == (False, TOTAL)
     pruned, step = _replay(study, worst)
-    assert pruned and 0.3 * TOTAL <= step < 0.4 * TOTAL
+    assert pruned and 0.5 * TOTAL <= step < 0.6 * TOTAL  # from min_fraction (0.5) on
     # the worse run first: the better one, forecast to end far above, trains to its end
     study = optuna.create_study(direction="maximize", pruner=ForecastPruner(model, total_steps=TOTAL, check_interval=0.05))
     assert _replay(study, worst) == (False, TOTAL) and _replay(study, best) == (False, TOTAL)
@@ -212,7 +212,7 @@ def test_a_minimised_objective_is_pruned_like_the_maximised_one(model: bg.Fitted
     study = optuna.create_study(direction="minimize", pruner=ForecastPruner(model, total_steps=TOTAL, check_interval=0.05))
     _replay(study, best, sign=-1.0)
     pruned, step = _replay(study, worst, sign=-1.0)
-    assert pruned and step < 0.4 * TOTAL
+    assert pruned and step < 0.6 * TOTAL
     probability, bar = study.pruner.beat_probability(study, study.trials[-1])  # type: ignore[misc]
     assert probability < 0.05 and bar == pytest.approx(-final_reward(best.rewards))
 
@@ -247,7 +247,7 @@ def test_other_trials_are_forecast_once_per_check(model: bg.FittedModel, runs: b
         return forecast(run, *args, **kwargs)
 
     monkeypatch.setattr(model, "forecast", counted)
-    study = optuna.create_study(direction="maximize", pruner=ForecastPruner(model, total_steps=TOTAL, check_interval=0.1))
+    study = optuna.create_study(direction="maximize", pruner=ForecastPruner(model, total_steps=TOTAL, min_fraction=0.3, check_interval=0.1))
     running = study.ask()  # a trial still going, at 40% of its plan: forecast as a competitor from its latest check (step 120)
     for step, reward in zip(runs[1].steps[:130], runs[1].rewards[:130]):
         running.report(float(reward), int(step))
@@ -298,7 +298,7 @@ def test_the_pruner_works_with_no_arguments_when_trials_describe_themselves(best
         warnings.simplefilter("ignore")
         assert _replay(study, best, attrs=attrs) == (False, TOTAL)
         pruned, step = _replay(study, worst, attrs=attrs)
-    assert pruned and step < 0.4 * TOTAL
+    assert pruned and step < 0.6 * TOTAL
 
 
 def _late_riser(seed: int, total: int = 100) -> np.ndarray:
@@ -310,7 +310,7 @@ def _late_riser(seed: int, total: int = 100) -> np.ndarray:
 @pytest.mark.parametrize("recalibrate", [True, False])
 def test_finished_trials_that_beat_their_forecasts_make_the_pruner_wait(model: bg.FittedModel, recalibrate: bool) -> None:
     """Two finished late risers ended above their forecasts from 30%: recalibrated, a third one is not pruned there."""
-    pruner = ForecastPruner(model, total_steps=100, check_interval=0.1, recalibrate=recalibrate)
+    pruner = ForecastPruner(model, total_steps=100, min_fraction=0.3, check_interval=0.1, recalibrate=recalibrate)
     study = optuna.create_study(direction="maximize", pruner=pruner)
     finished = [_late_riser(seed) for seed in (0, 1)]
     for rewards in finished:  # finished elsewhere (never checked by this pruner): their forecasts are made when needed
