@@ -58,7 +58,7 @@ from bayes_grpo.parallel import map_jobs
 MIN_SWEEP_RUNS = 3
 #: Shares of the plan at which every run of a sweep is cut to score p_best.
 RANK_FRACTIONS = (0.2, 0.3, 0.5, 0.7)
-#: Reliability bins of p_best (issue 32) and of the pruner's P(final > bar).
+#: Reliability bins of p_best and of the pruner's P(final > bar).
 BINS = (0.0, 0.05, 0.2, 0.5, 1.0)
 
 
@@ -327,7 +327,7 @@ def write(
         "Optuna's pruners are asked after every reported step. Truth = smoothed final reward; regret in units of the sweep's "
         "10-90% reward spread.\n\n",
         markdown(sweep_rows),
-        "\n## Targets (issue 32)\n\n", "\n".join(targets), "\n\n",
+        "\n## Targets\n\n", "\n".join(targets), "\n\n",
         "## Per pruner, over all replays\n\n", markdown(table),
         "\n## Per sweep\n\n", markdown(per_sweep(replays)),
         "\n## Reliability of p_best\n\n",
