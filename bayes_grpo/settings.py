@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-#: Stop when P(plateau) reaches this (threshold mode of the stopping rule; chosen by nested
-#: cross-validation on the real runs, see :mod:`bayes_grpo.stopping`).
+#: The confidence of the stopping rule's threshold mode: it stops on a plateau when P(no material gain
+#: left) reaches this, and only while P(a rise just ahead) and, in a dip, P(getting back to the best)
+#: are below 1 minus this (see :mod:`bayes_grpo.stopping`, which says how it was chosen).
 STOP_THRESHOLD = 0.99
 #: Remaining gain below this fraction of the reward scale counts as "plateaued".
 STOP_TOLERANCE = 0.02
