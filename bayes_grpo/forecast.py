@@ -334,7 +334,7 @@ class Forecast:
         if steps.size == 0:
             raise ModelError("window_reward needs at least one step")
         noise = np.random.default_rng([self.seed, _WINDOW_NOISE_STREAM]).standard_normal(self.draws.shape[0])
-        samples = self._mean_over(self.draws, steps) + noise * self.step_noise / np.sqrt(steps.size)
+        samples = self.mean_over(self.draws, steps) + noise * self.step_noise / np.sqrt(steps.size)
         if self.prepared.kind == "range":  # a mean of rewards inside the declared range stays inside it
             samples = np.clip(samples, self.prepared.loc, self.prepared.loc + self.prepared.unit)
         return FinalReward(samples)
@@ -364,9 +364,9 @@ class Forecast:
         has no best.
         """
         levels = self.curves
-        window = self._mean_over(levels, self.final_window_steps())
+        window = self.mean_over(levels, self.final_window_steps())
         if self.observed_steps.size:
-            now = self._mean_over(levels, self.observed_steps[-1:].astype(float))
+            now = self.mean_over(levels, self.observed_steps[-1:].astype(float))
             span = max(float(self.total_steps - self.observed_steps[0]), float(self.observed_steps[-1] - self.observed_steps[0]), 1.0)
             best = np.maximum(now, float(np.max(smoothed(self.observed_steps, self.observed_rewards, span=span))))
         else:
@@ -379,8 +379,9 @@ class Forecast:
         weights = (take_off.mean(), (~decline & ~take_off).mean(), decline.mean())
         return {name: float(w) for name, w in zip(REGIMES, weights)}
 
-    def _mean_over(self, values: np.ndarray, steps: np.ndarray) -> np.ndarray:
-        """Per-draw mean over ``steps`` of ``values`` (draws x grid), linearly interpolated between grid steps."""
+    def mean_over(self, values: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """Per-draw mean over ``steps`` of ``values`` (draws x :attr:`steps` grid, e.g. :attr:`draws` or
+        :attr:`curves`), linearly interpolated between grid steps."""
         grid = self.steps
         if grid.size == 1:
             return values[:, 0].copy()
@@ -390,7 +391,8 @@ class Forecast:
         weights = np.zeros(grid.size)
         np.add.at(weights, left, 1.0 - frac)
         np.add.at(weights, right, frac)
-        return values @ (weights / steps.size)
+        used = np.flatnonzero(weights)  # a window covers a few grid steps: weigh those columns only
+        return (values[:, used] * (weights[used] / steps.size)).sum(axis=1)
 
     @property
     def remaining_gain(self) -> np.ndarray:

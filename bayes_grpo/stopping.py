@@ -261,21 +261,6 @@ class StopDecision:
         return asdict(self)
 
 
-def _window_mean(fc: Forecast, values: np.ndarray, steps: np.ndarray) -> np.ndarray:
-    """Per-draw mean over ``steps`` of ``values`` (draws x forecast grid), linearly interpolated between grid steps."""
-    grid = fc.steps
-    if grid.size == 1:
-        return values[:, 0].copy()
-    right = np.clip(np.searchsorted(grid, steps), 1, grid.size - 1)
-    left = right - 1
-    frac = np.clip((steps - grid[left]) / (grid[right] - grid[left]), 0.0, 1.0)
-    weights = np.zeros(grid.size)
-    np.add.at(weights, left, 1.0 - frac)
-    np.add.at(weights, right, frac)
-    used = np.flatnonzero(weights)  # a window covers a few grid steps: weigh those columns only
-    return (values[:, used] * (weights[used] / steps.size)).sum(axis=1)
-
-
 def remaining_gain(fc: Forecast) -> np.ndarray:
     """Per-draw remaining gain: the expected reward over the final window minus the expected reward now.
 
@@ -298,7 +283,7 @@ def remaining_gain(fc: Forecast) -> np.ndarray:
     -------
     >>> remaining_gain(fc).mean(), fc.final.mean - fc.current.mean()  # doctest: +SKIP
     """
-    return _window_mean(fc, fc.curves, fc.final_window_steps()) - fc.current
+    return fc.mean_over(fc.curves, fc.final_window_steps()) - fc.current
 
 
 def rise_ahead(fc: Forecast) -> np.ndarray:
@@ -312,7 +297,7 @@ def rise_ahead(fc: Forecast) -> np.ndarray:
     ahead = min(last + RISE_WINDOW * fc.total_steps, float(fc.total_steps))
     if ahead <= last:
         return np.zeros(fc.curves.shape[0])
-    return _window_mean(fc, fc.curves, np.array([ahead])) - fc.current
+    return fc.mean_over(fc.curves, np.array([ahead])) - fc.current
 
 
 def rise_probability(fc: Forecast, tolerance: float = STOP_TOLERANCE, relative_to: RelativeTo = "spread") -> float:

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -46,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import optuna
 import pandas as pd
-from common import RESULTS, fit_options, markdown, provenance, verdict
+from common import RESULTS, fit_options, markdown, package_code, provenance, verdict
 from rank_speed import measure as measure_rank_speed
 from rank_speed import synthetic_sweep
 
@@ -240,21 +239,6 @@ def reliability(probability: pd.Series, outcome: pd.Series) -> pd.DataFrame:
     bins = bins.cat.rename_categories([f"{lo:g}-{hi:g}" for lo, hi in zip(BINS[:-1], BINS[1:])])
     table = pd.DataFrame({"bin": bins, "p": probability, "outcome": outcome.astype(float)}).groupby("bin", observed=False)
     return table.agg(count=("p", "size"), mean_predicted=("p", "mean"), observed_rate=("outcome", "mean")).reset_index()
-
-
-def package_code() -> str:
-    """Which package code ran: the git commit of the imported package, and its files changed since."""
-    package = Path(bg.__file__).resolve().parent
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(package), *args], capture_output=True, text=True, check=True).stdout.rstrip("\n")
-
-    try:
-        commit = git("rev-parse", "--short", "HEAD")
-        changed = [line[3:] for line in git("status", "--porcelain", "--", ".").splitlines()]
-    except (OSError, subprocess.CalledProcessError):
-        return f"`{package}` (not a git checkout)"
-    return f"commit {commit}" + (f", with uncommitted changes to {', '.join(changed)}" if changed else " (no uncommitted changes to the package)")
 
 
 def load_sweeps(args: argparse.Namespace) -> list[Sweep]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import platform
 import shlex
+import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -96,3 +97,19 @@ def parameterisation_label(requested: str, config) -> str:
     sampled = ", ".join(sampled_name(name, config) for name in PARAMS)
     return f"auto ({config.parameterisation}: {sampled})" if requested == "auto" else f"{requested}: {sampled}"
 
+
+def package_code() -> str:
+    """Which package code ran: the git commit of the imported package, and its files changed since (a candidate in progress)."""
+    import bayes_grpo
+
+    package = Path(bayes_grpo.__file__).resolve().parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(package), *args], capture_output=True, text=True, check=True).stdout.rstrip("\n")
+
+    try:
+        commit = git("rev-parse", "--short", "HEAD")
+        changed = [line[3:] for line in git("status", "--porcelain", "--", ".").splitlines()]
+    except (OSError, subprocess.CalledProcessError):
+        return f"`{package}` (not a git checkout)"
+    return f"commit {commit}" + (f", with uncommitted changes to {', '.join(changed)}" if changed else " (no uncommitted changes to the package)")

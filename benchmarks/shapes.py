@@ -25,13 +25,12 @@ per forecast).
 from __future__ import annotations
 
 import argparse
-import subprocess
 import time
 import warnings
 from pathlib import Path
 
 import pandas as pd
-from common import RESULTS, markdown, provenance, verdict
+from common import RESULTS, markdown, package_code, provenance, verdict
 
 from bayes_grpo import shapes
 from bayes_grpo.model import DEFAULT_MODEL_PATH
@@ -43,21 +42,6 @@ TABLE = ["shape", "fraction", "forecasts", "coverage_90", "above_q95", "below_q0
 #: Observed shares shown in the per-shape table.
 SHOWN_CUTS = (0.3, 0.5)
 QUICK_LENGTHS, QUICK_SEEDS = (50, 250), 1
-
-
-def code_state() -> str:
-    """Which code forecast: the git commit of the package imported, and its files changed since (a candidate in progress)."""
-    package = Path(shapes.__file__).resolve().parent
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(package), *args], capture_output=True, text=True, check=True).stdout.rstrip("\n")
-
-    try:
-        commit = git("rev-parse", "--short", "HEAD")
-        changed = [line[3:] for line in git("status", "--porcelain", "--", ".").splitlines()]
-    except (OSError, subprocess.CalledProcessError):
-        return f"`{package}` (not a git checkout)"
-    return f"commit {commit}" + (f", with uncommitted changes to {', '.join(changed)}" if changed else " (no uncommitted changes to the package)")
 
 
 def checks_text(checks: pd.DataFrame) -> str:
@@ -141,7 +125,7 @@ def main() -> None:
     parts = [
         "# Canonical shapes: forecasts and stops on runs with a known future\n\n",
         provenance(seconds),
-        f"\nModel: `{model or 'the shipped model (bayes_grpo/assets/default_model.nc)'}`; package code: {code_state()}. "
+        f"\nModel: `{model or 'the shipped model (bayes_grpo/assets/default_model.nc)'}`; package code: {package_code()}. "
         f"{len(grid)} cells: {len(set(c.shape for c in grid))} shapes (`bayes_grpo.shapes`) x lengths {', '.join(map(str, lengths))} "
         f"x noise {', '.join(f'{n:g}' for n in shapes.NOISES)} (Gaussian, 0-1 reward scale) x {seeds} seed(s)"
         f"{' x 2 reward scales' if len(settings) > 1 else ''}, each cut at {', '.join(f'{c:.0%}' for c in shapes.CUTS)} of its planned "
