@@ -35,7 +35,7 @@ def test_external_run_loads_with_metadata(path):
     assert len(run) == len(raw) and list(run.steps) == list(raw["step"])
     assert list(run.rewards) == pytest.approx(list(raw["reward"]))
     components = [c for c in raw.columns if c.startswith("reward__")]
-    assert {f"rewards/{c[len('reward__'):]}" for c in components} <= set(run.table.columns)
+    assert {f"rewards/{c[len('reward__'):]}/mean" for c in components} <= set(run.table.columns)
 
 
 def test_summary_matches_sources_md():

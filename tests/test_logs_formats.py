@@ -33,8 +33,8 @@ def test_trl_trainer_state_json():
     assert run.total_steps == 6 and run.last_step == 6
     assert run.meta.steps_per_epoch == 16  # epoch 0.375 at step 6
     assert run.reward_std is not None and len(run.reward_std) == 6
-    # TRL 1.16 writes per-function rewards as rewards/<name>/mean; we normalise to rewards/<name>
-    assert {"rewards/digit_reward", "rewards/length_reward", "kl" if "kl" in run.table else "entropy"} <= set(run.table)
+    # TRL 1.16 writes per-function rewards as rewards/<name>/mean and /std: the canonical names
+    assert {"rewards/digit_reward/mean", "rewards/digit_reward/std", "rewards/length_reward/mean", "kl" if "kl" in run.table else "entropy"} <= set(run.table)
     assert run.table["reward"].dtype == np.float64
 
 
@@ -59,7 +59,7 @@ def test_docs_variant_reward_keys(tmp_path):
     state = {"max_steps": 10, "log_history": [{"step": s, "reward": 0.1 * s, "reward/acc/mean": 0.1 * s} for s in (1, 2)]}
     (tmp_path / "trainer_state.json").write_text(json.dumps(state))
     run = bg.read_log(tmp_path / "trainer_state.json")
-    assert list(run.table["rewards/acc"]) == pytest.approx([0.1, 0.2])
+    assert list(run.table["rewards/acc/mean"]) == pytest.approx([0.1, 0.2])
 
 
 def test_trl_console_log_dicts():
@@ -68,7 +68,7 @@ def test_trl_console_log_dicts():
     steps, rewards = trl_reference()
     assert list(run.steps) == steps
     np.testing.assert_allclose(run.rewards, rewards, rtol=1e-3)
-    assert run.table["rewards/digit_reward"].dtype == np.float64
+    assert run.table["rewards/digit_reward/mean"].dtype == np.float64
 
 
 @pytest.mark.parametrize("name", ["unsloth_progress.ipynb", "unsloth_progress.txt"])
@@ -77,8 +77,8 @@ def test_unsloth_progress_table(name):
     assert list(run.steps) == list(range(1, 13))
     assert run.total_steps == 50  # from Unsloth's banner "Total steps = 50"
     assert run.rewards[0] == pytest.approx(0.092593)
-    assert "loss" in run.table and "rewards/correctness_reward_func" in run.table
-    parts = run.table[[c for c in run.table if c.startswith("rewards/")]].sum(axis=1)
+    assert "loss" in run.table and "rewards/correctness_reward_func/mean" in run.table
+    parts = run.table[[c for c in run.table if c.startswith("rewards/") and c.endswith("/mean")]].sum(axis=1)
     np.testing.assert_allclose(parts, run.rewards, atol=1e-5)
 
 
@@ -90,7 +90,7 @@ def test_space_aligned_text_table(tmp_path):
     )
     (tmp_path / "out.txt").write_text(text)
     run = bg.read_log(tmp_path / "out.txt")
-    assert list(run.rewards) == [0.125, 0.25] and "rewards/xmlcount_reward_func" in run.table
+    assert list(run.rewards) == [0.125, 0.25] and "rewards/xmlcount_reward_func/mean" in run.table
 
 
 def test_wandb_style_csv(tmp_path):
@@ -101,7 +101,7 @@ def test_wandb_style_csv(tmp_path):
     frame.to_csv(tmp_path / "wandb_export.csv", index=False)
     run = bg.read_log(tmp_path / "wandb_export.csv")
     assert list(run.steps) == [5, 10, 15]  # train/global_step wins over W&B's _step
-    assert list(run.table.columns[:2]) == ["step", "reward"] and "rewards/acc" in run.table
+    assert list(run.table.columns[:2]) == ["step", "reward"] and "rewards/acc/mean" in run.table
     assert "reward_std" in run.table
 
 
@@ -189,4 +189,4 @@ def test_fresh_grpotrainer_run_reads_back(tmp_path):
     for source in (out, out / "console.log"):
         run = bg.read_log(source)
         assert list(run.steps) == [1, 2, 3, 4, 5, 6]
-        assert {"reward_std", "rewards/digit_reward", "rewards/length_reward"} <= set(run.table)
+        assert {"reward_std", "rewards/digit_reward/mean", "rewards/length_reward/mean"} <= set(run.table)

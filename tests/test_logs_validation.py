@@ -142,4 +142,4 @@ def test_clashing_columns():
     with pytest.raises(bg.LogError, match="duplicate column name"):
         bg.read_log(pd.DataFrame([[1, 0.1, 0.2]], columns=["step", "reward", "reward"]))
     with pytest.raises(bg.LogError, match="mean the same field"):
-        bg.read_log(pd.DataFrame({"step": [1], "reward": [0.1], "reward__a": [0.1], "rewards/a": [0.1]}))
+        bg.read_log(pd.DataFrame({"step": [1], "reward": [0.1], "reward__a": [0.1], "rewards/a/mean": [0.1]}))

@@ -37,12 +37,12 @@ from bayes_grpo.logs.files import read_sidecar, read_text
 from bayes_grpo.logs.notebooks import read_notebook
 from bayes_grpo.logs.tables import read_csv_runs, read_jsonl, split_run_id
 from bayes_grpo.logs.trl import is_trl_output_dir, newest_trainer_state, read_json, run_id_for
-from bayes_grpo.logs.types import LogWarning, RunLog, RunMetadata, RunSet
+from bayes_grpo.logs.types import GRPO_SIGNALS, LogWarning, RunLog, RunMetadata, RunSet
 from bayes_grpo.logs.validate import build_run
 from bayes_grpo.settings import bundled_runs_dir
 
 __all__ = [
-    "LogWarning", "RunLog", "RunMetadata", "RunSet", "infer_model", "load_runs", "normalise_family",
+    "GRPO_SIGNALS", "LogWarning", "RunLog", "RunMetadata", "RunSet", "infer_model", "load_runs", "normalise_family",
     "read_log", "read_runs",
 ]  # fmt: skip
 
@@ -82,13 +82,17 @@ def read_log(
     reward_range: tuple[float, float] | None = None,
     run_id: str | None = None,
     encoding: str | None = None,
+    metric: str = "reward",
+    direction: str = "maximize",
 ) -> RunLog:
     """Read and validate one run's reward log.
 
     Metadata given as arguments wins over metadata found in the source (a
     sidecar ``<name>.meta.json``, constant columns, ``trainer_state.json``, the
     model named in a notebook, ``config.json`` or console output);
-    ``run.meta.provenance`` records where each value came from.
+    ``run.meta.provenance`` records where each value came from. Every logged
+    per-step number is kept under one canonical name (``run.signals``,
+    ``run.signal(name)``); ``metric=`` picks the one to forecast.
 
     Parameters
     ----------
@@ -104,6 +108,18 @@ def read_log(
         run folder for ``trainer_state.json``, the run name for a W&B export).
     encoding : str, optional
         Text encoding of the file (e.g. ``"latin-1"``); default UTF-8.
+    metric : str
+        The per-step metric the run's ``reward`` column holds, the one forecasts and stop
+        decisions are about: default the summed ``reward``; else any logged number, under
+        any of its names (``"rewards/correctness_reward_func"``, ``"eval_reward"``,
+        ``"train/kl"``). Steps where it was not logged are left out (an evaluation metric
+        logged every 50 steps gives a run of those steps); ``reward_range`` is then in
+        the metric's units, and a reward range or initial reward found in the log
+        (they describe the summed reward) is not used.
+    direction : str
+        ``"maximize"`` (default) or ``"minimize"`` for a lower-is-better metric (a loss):
+        the run then holds the negated metric and ``reward_range``, so that a falling
+        loss is a rising curve; ``run.direction`` says so.
 
     Returns
     -------
@@ -114,7 +130,8 @@ def read_log(
     ------
     LogError
         On anything unusable, including a file holding several runs (read
-        those with :func:`read_runs` or :func:`load_runs`).
+        those with :func:`read_runs` or :func:`load_runs`), and a ``metric`` the
+        log does not hold (the message lists the metrics it has).
 
     Example
     -------
@@ -123,8 +140,9 @@ def read_log(
     'argument'
     """
     given = _given(family, params_b, total_steps, reward_range)
+    target = {"metric": metric, "direction": direction}
     if isinstance(source, pd.DataFrame):
-        return build_run(source.copy(), {}, given, run_id, "run", "DataFrame")
+        return build_run(source.copy(), {}, given, run_id, "run", "DataFrame", **target)
     path = Path(source)
     raws = _read_raw(path, encoding)
     if len(raws) > 1:
@@ -134,7 +152,7 @@ def read_log(
             "bayes_grpo.logs.read_runs(path), which give one RunLog per run"
         )
     name, frame, found = raws[0]
-    return build_run(frame, found, given, run_id, name or _default_run_id(path), str(path))
+    return build_run(frame, found, given, run_id, name or _default_run_id(path), str(path), **target)
 
 
 def read_runs(
@@ -145,6 +163,8 @@ def read_runs(
     total_steps: int | None = None,
     reward_range: tuple[float, float] | None = None,
     encoding: str | None = None,
+    metric: str = "reward",
+    direction: str = "maximize",
 ) -> list[RunLog]:
     """Every run in one log file: one :class:`RunLog` per run of a W&B export or ``run_id`` value.
 
@@ -158,6 +178,8 @@ def read_runs(
         Metadata applied to every run (wins over what the file says).
     encoding : str, optional
         Text encoding of the file; default UTF-8.
+    metric, direction : str
+        The metric each run forecasts and whether lower is better (see :func:`read_log`).
 
     Returns
     -------
@@ -183,7 +205,10 @@ def read_runs(
     ]
     default_id = _default_run_id(path)
     return [
-        build_run(part, found, given, run_id, default_id, str(path) if len(parts) == 1 else f"{path} (run {run_id!r})")
+        build_run(
+            part, found, given, run_id, default_id, str(path) if len(parts) == 1 else f"{path} (run {run_id!r})",
+            metric=metric, direction=direction,
+        )
         for run_id, part, found in parts
     ]
 

@@ -95,8 +95,9 @@ def read_json(path: Path, encoding: str | None = None) -> tuple[pd.DataFrame, di
     Returns
     -------
     tuple of (pandas.DataFrame, dict)
-        The training entries of ``log_history`` (those with a reward) and the
-        metadata found: ``total_steps`` (``max_steps``), ``steps_per_epoch``,
+        The training entries of ``log_history`` (those with a reward) and its
+        evaluation entries (``eval_*`` metrics, joined with the training entry of
+        their step when reading), and the metadata found: ``total_steps`` (``max_steps``), ``steps_per_epoch``,
         and the model named beside it (:func:`model_beside`), with provenance.
 
     Raises
@@ -116,9 +117,10 @@ def read_json(path: Path, encoding: str | None = None) -> tuple[pd.DataFrame, di
 
 
 def _from_trainer_state(state: dict, path: Path) -> tuple[pd.DataFrame, dict]:
-    """Training entries of ``log_history`` (those with a reward); max_steps -> total_steps; the model beside it."""
+    """Training and evaluation entries of ``log_history``; max_steps -> total_steps; the model beside it."""
     records = [e for e in state["log_history"] if isinstance(e, dict)]
     training = [e for e in records if any(k in e for k in REWARD_NAMES)]
+    evaluation = [e for e in records if e not in training and any(str(k).startswith("eval_") for k in e)]
     if records and not training:
         raise LogError(
             f"{path}: log_history has {len(records)} entries but none with a 'reward' field; "
@@ -139,7 +141,7 @@ def _from_trainer_state(state: dict, path: Path) -> tuple[pd.DataFrame, dict]:
         origin.update(model.get("provenance", {}))
     if origin:
         found["provenance"] = origin
-    return pd.DataFrame.from_records(training), found
+    return pd.DataFrame.from_records(training + evaluation), found
 
 
 def model_beside(state_path: Path) -> dict:

@@ -16,8 +16,18 @@ import xarray as xr
 
 from bayes_grpo.errors import LogError
 from bayes_grpo.logs.families import infer_model, normalise_family
+from bayes_grpo.logs.names import normalise_column
 
-__all__ = ["LogWarning", "RunLog", "RunMetadata", "RunSet", "params_in_billions"]
+__all__ = ["GRPO_SIGNALS", "LogWarning", "RunLog", "RunMetadata", "RunSet", "params_in_billions"]
+
+GRPO_SIGNALS = (
+    "reward_std", "frac_reward_zero_std", "completions/mean_length", "completions/clipped_ratio", "kl", "entropy",
+)  # fmt: skip
+"""The per-step signals GRPO trainers log beside the mean reward, by their canonical names.
+
+Besides these, :meth:`RunLog.signal` knows every per-function reward (``rewards/<fn>/mean``,
+``rewards/<fn>/std``) and evaluation metric (``eval_<name>``): a log without one gives NaN.
+"""
 
 #: The largest model size, in billions of parameters, taken as given (2 trillion parameters).
 MAX_PARAMS_B = 2_000.0
@@ -167,8 +177,14 @@ class RunLog:
     """One training run: ``table`` has one row per logged step, ``meta`` the rest.
 
     ``table`` always has an int64 ``step`` column (sorted, unique, >= 0) and a
-    finite float64 ``reward`` column; optionally ``reward_std``, per-function
-    rewards as ``rewards/<name>`` and any other logged metric. Build one with
+    finite float64 ``reward`` column, the forecast target: the summed reward, or
+    the metric chosen with ``read_log(metric=...)`` (:attr:`metric`; negated for
+    ``direction="minimize"``). Every other logged number keeps one canonical name
+    whatever the logger called it (:func:`~bayes_grpo.logs.validate.normalise_column`):
+    ``reward_std``, ``frac_reward_zero_std``, ``rewards/<fn>/mean`` and
+    ``rewards/<fn>/std``, ``completions/mean_length``, ``completions/clipped_ratio``,
+    ``kl``, ``entropy``, ``eval_<name>``, ... :attr:`signals` lists them and
+    :meth:`signal` reads one, aligned with :attr:`steps`. Build one with
     :func:`~bayes_grpo.logs.read_log`, which repairs and validates; the
     constructor only checks. ``meta.provenance`` says where each metadata value
     came from (an argument, a column, a notebook, ``config.json``, ...); the
@@ -206,6 +222,58 @@ class RunLog:
         if "reward_std" not in self.table:
             return None
         return self.table["reward_std"].to_numpy(dtype=np.float64)
+
+    @property
+    def metric(self) -> str:
+        """The metric the ``reward`` column holds: ``"reward"`` (the summed reward) or the one chosen in ``read_log``."""
+        return str(self.meta.extra.get("metric", "reward"))
+
+    @property
+    def direction(self) -> str:
+        """``"maximize"``, or ``"minimize"`` when the ``reward`` column holds the negated metric."""
+        return str(self.meta.extra.get("direction", "maximize"))
+
+    @property
+    def signals(self) -> tuple[str, ...]:
+        """Canonical names of the numeric per-step signals this log holds (``reward`` first), in table order."""
+        return tuple(
+            str(c) for c in self.table.columns
+            if c != "step" and pd.api.types.is_numeric_dtype(self.table[c]) and self.table[c].notna().any()
+        )  # fmt: skip
+
+    def signal(self, name: str) -> np.ndarray:
+        """One per-step signal as float64, aligned with :attr:`steps`, NaN at steps where it was not logged.
+
+        ``name`` may be any name the signal is logged under (``train/reward_std``,
+        ``rewards/acc``, ``reward__acc``, ...): it is normalised like the table's columns.
+
+        Parameters
+        ----------
+        name : str
+            E.g. ``"reward_std"``, ``"frac_reward_zero_std"``, ``"rewards/correctness/mean"``.
+
+        Returns
+        -------
+        ndarray
+            ``len(self)`` values; all NaN for a signal of :data:`GRPO_SIGNALS`, a per-function
+            reward or an evaluation metric that this log does not hold.
+
+        Raises
+        ------
+        LogError
+            For any other name the log does not hold (a typo, say), listing :attr:`signals`.
+
+        Example
+        -------
+        >>> run.signal("reward_std")[-3:]  # doctest: +SKIP
+        array([0.41, 0.39, 0.40])
+        """
+        canonical = normalise_column(name)
+        if canonical in self.signals:
+            return pd.to_numeric(self.table[canonical], errors="coerce").to_numpy(dtype=np.float64)
+        if canonical in GRPO_SIGNALS or canonical.startswith(("rewards/", "eval_")):
+            return np.full(len(self), np.nan)
+        raise LogError(f"run {self.run_id!r}: no signal {name!r} in the log; it has: {', '.join(self.signals)}")
 
     @property
     def family(self) -> str | None:

@@ -1,9 +1,11 @@
 """Validation and repair: one raw table plus the metadata found beside it becomes a :class:`RunLog`.
 
-Column names are normalised (``train/reward`` -> ``reward``, ``rewards / f / mean``
--> ``rewards/f``), steps and rewards are checked, and every repair (NaN rewards
-dropped, steps sorted, repeated steps replaced by the later entry) is announced
-with a :class:`LogWarning`. Metadata is merged in a fixed order, later winning:
+Column names are normalised to one naming (:func:`normalise_column`: ``train/reward``
+-> ``reward``, ``rewards / f``, ``reward__f`` -> ``rewards/f/mean``, ``completion_length``
+-> ``completions/mean_length``, ``eval/accuracy`` -> ``eval_accuracy``), pieces of one
+step logged as separate rows (a training entry and an evaluation entry) are joined,
+steps and rewards are checked, and every repair (NaN rewards dropped, steps sorted,
+repeated steps replaced by the later entry) is announced with a :class:`LogWarning`. Metadata is merged in a fixed order, later winning:
 what the reader found, then constant columns (only where the reader found
 nothing), then the caller's arguments; ``meta.provenance`` records the winner.
 """
@@ -11,61 +13,25 @@ nothing), then the caller's arguments; ``meta.provenance`` records the winner.
 from __future__ import annotations
 
 import math
-import re
 import warnings
 
 import numpy as np
 import pandas as pd
 
 from bayes_grpo.errors import LogError
+from bayes_grpo.logs.names import REWARD_NAMES, STEP_NAMES, normalise_column
 from bayes_grpo.logs.types import LogWarning, RunLog, check_meta, clean_meta
 
-__all__ = ["build_run", "keep_later", "normalise_column"]
+__all__ = ["DIRECTIONS", "build_run", "keep_later", "normalise_column"]
 
-STEP_NAMES = ("step", "global_step", "trainer/global_step", "_step")
-REWARD_NAMES = ("reward", "mean_reward", "reward_mean")
-_STD_NAMES = ("reward_std", "std_reward")
-_COLUMN_ALIASES = {"training loss": "loss", "validation loss": "eval_loss"}
+#: ``direction=`` values: the model forecasts a rising curve, so a minimised metric is negated.
+DIRECTIONS = ("maximize", "minimize")
 # Columns that describe the run rather than the step; constant ones become metadata.
 META_COLUMNS = {
     "run_id", "family", "params_b", "total_steps", "steps_per_epoch", "reward_min",
     "reward_max", "reward_range", "initial_reward", "hardware", "model", "model_name",
     "dataset", "task", "method", "lora", "seed", "source_repo", "source_path", "source_commit",
 }  # fmt: skip
-
-
-def normalise_column(name: object) -> str:
-    """Canonical column name: ``'rewards / f / mean'``, ``'reward/f/mean'``, ``'reward__f'`` -> ``'rewards/f'``.
-
-    Parameters
-    ----------
-    name : object
-        A column name as logged.
-
-    Returns
-    -------
-    str
-        The name :class:`RunLog` tables use.
-
-    Example
-    -------
-    >>> normalise_column("train/rewards/acc/mean")
-    'rewards/acc'
-    """
-    text = re.sub(r"\s*/\s*", "/", str(name).strip())
-    text = _COLUMN_ALIASES.get(text.lower(), text)
-    if text.lower() == "step":
-        return "step"
-    if text.startswith("train/") and text != "train/global_step":
-        text = text[len("train/") :]
-    elif text == "train/global_step":
-        text = "global_step"
-    if m := re.fullmatch(r"rewards?/(.+?)(/mean)?", text):
-        if m.group(1) not in ("mean", "std"):
-            return f"rewards/{m.group(1)}"
-    if m := re.fullmatch(r"reward__(.+)", text):
-        return f"rewards/{m.group(1)}"
-    return text
 
 
 def _rename_columns(frame: pd.DataFrame, name: str) -> pd.DataFrame:
@@ -124,8 +90,15 @@ def keep_later(frame: pd.DataFrame, name: str, reason: str, column: str = "step"
     return kept.sort_values("_order", kind="stable").drop(columns="_order").reset_index(drop=True)
 
 
-def build_run(raw: pd.DataFrame, found: dict, given: dict, run_id: str | None, default_id: str, name: str) -> RunLog:
+def build_run(
+    raw: pd.DataFrame, found: dict, given: dict, run_id: str | None, default_id: str, name: str,
+    metric: str = "reward", direction: str = "maximize",
+) -> RunLog:
     """Validate and repair a raw table, merge metadata (arguments > found > constant columns), make a RunLog.
+
+    The ``reward`` column of the result is the forecast target: the summed reward, or
+    the ``metric`` asked for (its own column stays beside it, in its own units), negated
+    when ``direction="minimize"`` so that better is always up.
 
     Parameters
     ----------
@@ -141,6 +114,12 @@ def build_run(raw: pd.DataFrame, found: dict, given: dict, run_id: str | None, d
         Run id to fall back on (the file stem).
     name : str
         The log's name in messages.
+    metric : str
+        The per-step metric to forecast, under any of its logged names (default the summed ``reward``).
+        Steps where it was not logged are left out; a ``reward_range`` or ``initial_reward``
+        found in the log describes the summed reward and is dropped for another metric.
+    direction : str
+        ``"maximize"`` or ``"minimize"`` (a loss): then the target and ``reward_range`` are negated.
 
     Returns
     -------
@@ -150,11 +129,13 @@ def build_run(raw: pd.DataFrame, found: dict, given: dict, run_id: str | None, d
     Raises
     ------
     LogError
-        On anything unusable: no reward column, non-numeric rewards or steps,
-        negative steps, invalid metadata.
+        On anything unusable: no reward column (or no ``metric`` column, naming the
+        metrics the log has), non-numeric rewards or steps, negative steps, invalid metadata.
     """
     if raw.shape[0] == 0 or raw.shape[1] == 0:
         raise LogError(f"{name}: the log is empty (no rows); nothing to forecast from")
+    if direction not in DIRECTIONS:
+        raise LogError(f"direction={direction!r}: give one of {', '.join(map(repr, DIRECTIONS))}")
     frame = _rename_columns(raw.reset_index(drop=True), name)
     meta_values = {k: v for k, v in found.items() if k != "provenance"}
     origin = {k: "log file" for k in meta_values} | dict(found.get("provenance") or {})
@@ -171,14 +152,24 @@ def build_run(raw: pd.DataFrame, found: dict, given: dict, run_id: str | None, d
                 "bayes_grpo.logs.read_runs() (one RunLog per run), or split the file into one log per run"
             )
     reward_col = next((c for c in REWARD_NAMES if c in frame.columns), None)
-    if reward_col is None:
+    target = "reward" if normalise_column(metric) in REWARD_NAMES else normalise_column(metric)
+    if reward_col is None and target == "reward":
         raise LogError(
             f"{name}: no reward column; looked for {list(REWARD_NAMES)} (also 'train/reward'), found "
             f"{[str(c) for c in frame.columns][:20]}; rename the mean-reward column to 'reward'"
         )
-    frame = frame.rename(columns={reward_col: "reward"})
-    if (std_col := next((c for c in _STD_NAMES if c in frame.columns), None)) and "reward_std" not in frame:
-        frame = frame.rename(columns={std_col: "reward_std"})
+    if target == "reward":
+        frame = frame.rename(columns={reward_col: "reward"})
+    else:
+        if target not in frame.columns:
+            numeric = [c for c in frame.columns if pd.api.types.is_numeric_dtype(_maybe_numeric(frame[c]))]
+            logged = sorted({"reward" if c == reward_col else str(c) for c in numeric} - set(STEP_NAMES) - {"epoch"})
+            raise LogError(f"{name}: no metric {metric!r} in the log; it has: {', '.join(logged)}")
+        frame[target] = _numeric(frame[target], target, name)
+        frame = frame.drop(columns=[reward_col] if reward_col else []).assign(reward=frame[target])
+        for key in ("reward_range", "reward_min", "reward_max", "initial_reward"):
+            meta_values.pop(key, None)
+        meta_values["metric"] = target
     frame["reward"] = _numeric(frame["reward"], "reward", name)
 
     step_col = next((c for c in STEP_NAMES if c in frame.columns), None)
@@ -199,9 +190,13 @@ def build_run(raw: pd.DataFrame, found: dict, given: dict, run_id: str | None, d
         frame = frame.drop(columns=[c for c in STEP_NAMES if c in frame.columns])
         frame.insert(0, "step", steps.astype(np.int64))
 
+    frame = _join_pieces(frame)
+    unlogged = frame["reward"].isna().to_numpy() & (_only_eval(frame) | (target != "reward"))
+    frame = frame.loc[~unlogged]
     bad = ~np.isfinite(frame["reward"].to_numpy(dtype=float))
     if bad.all():
-        raise LogError(f"{name}: field 'reward' has no finite values ({int(bad.sum())} NaN/inf); nothing to forecast from")
+        what = "field 'reward'" if target == "reward" else f"metric {target!r}"
+        raise LogError(f"{name}: {what} has no finite values ({int(bad.sum())} NaN/inf); nothing to forecast from")
     frame = _drop_rows(frame, bad, name, "dropped {n} row(s) whose 'reward' is NaN or inf", "check the log if that is unexpected")
     steps = frame["step"].to_numpy()
     if np.any(np.diff(steps) < 0):
@@ -218,11 +213,51 @@ def build_run(raw: pd.DataFrame, found: dict, given: dict, run_id: str | None, d
 
     meta_values.update(given)
     origin.update({k: "argument" for k in given})
+    if direction == "minimize":
+        frame["reward"] = -frame["reward"]
+        meta_values["direction"] = direction
+        if meta_values.get("reward_range") is not None:
+            lo, hi = (float(v) for v in meta_values["reward_range"])
+            meta_values["reward_range"] = (-hi, -lo)
     meta_values["source"] = meta_values.get("source") or (name if name != "DataFrame" else None)
     meta = clean_meta({**meta_values, "provenance": origin}, name)
     check_meta(meta, int(frame["step"].iloc[-1]), name)
     final_id = run_id or meta.extra.get("run_id") or default_id
     return RunLog(str(final_id), frame, meta)
+
+
+def _join_pieces(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows of one step that complement each other (a training entry and an evaluation entry) joined into one.
+
+    Rows of a step that give two different values for any column are left alone: they are
+    a step logged twice (a resumed run), which the later repair settles with a warning.
+    """
+    frame = frame.reset_index(drop=True)
+    repeated = frame["step"].duplicated(keep=False)
+    if not repeated.any():
+        return frame
+    try:
+        distinct = frame.loc[repeated].groupby("step", sort=False).nunique(dropna=True)
+    except TypeError:  # unhashable cells (lists, dicts): not pieces of one entry
+        return frame
+    pieces = distinct.index[(distinct <= 1).all(axis=1)]
+    if pieces.empty:
+        return frame
+    in_pieces = frame["step"].isin(pieces).to_numpy()
+    firsts = in_pieces & ~frame["step"].duplicated(keep="first").to_numpy()
+    joined = frame.loc[in_pieces].groupby("step", sort=False).first()
+    out = frame.loc[~in_pieces | firsts].copy()
+    at = frame.index[firsts]
+    for col in joined.columns:
+        out.loc[at, col] = joined[col].reindex(frame.loc[at, "step"]).to_numpy()
+    return out
+
+
+def _only_eval(frame: pd.DataFrame) -> np.ndarray:
+    """Rows whose values (besides step and epoch) are all evaluation metrics (``eval_*``): not training steps."""
+    training = [c for c in frame.columns if c not in ("step", "epoch") and not str(c).startswith("eval_")]
+    has_eval = frame[[c for c in frame.columns if str(c).startswith("eval_")]].notna().any(axis=1).to_numpy()
+    return has_eval & ~frame[training].notna().any(axis=1).to_numpy()
 
 
 def _drop_rows(frame: pd.DataFrame, rows: np.ndarray, name: str, what: str, then: str) -> pd.DataFrame:
