@@ -41,14 +41,10 @@ def normalise_column(name: object) -> str:
     ('rewards/acc/mean', 'rewards/acc/std', 'eval_accuracy')
     """
     text = re.sub(r"\s*/\s*", "/", str(name).strip())
+    while text.startswith(("train/", "eval/")):
+        text = text[len("train/") :] if text.startswith("train/") else "eval_" + text[len("eval/") :]
     if text.lower() == "step":
         return "step"
-    if text == "train/global_step":
-        return "global_step"
-    if text.startswith("train/"):
-        text = text[len("train/") :]
-    elif text.startswith("eval/"):
-        text = "eval_" + text[len("eval/") :]
     text = _COLUMN_ALIASES.get(text.lower(), text)
     if m := re.fullmatch(r"rewards?/(.+?)(/mean|/std)?", text):
         if m.group(1) not in ("mean", "std"):

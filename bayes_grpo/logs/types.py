@@ -235,10 +235,10 @@ class RunLog:
 
     @property
     def signals(self) -> tuple[str, ...]:
-        """Canonical names of the numeric per-step signals this log holds (``reward`` first), in table order."""
+        """Canonical names of the numeric per-step signals this log holds (``reward`` first; not ``step``, ``epoch``)."""
         return tuple(
             str(c) for c in self.table.columns
-            if c != "step" and pd.api.types.is_numeric_dtype(self.table[c]) and self.table[c].notna().any()
+            if c not in ("step", "epoch") and pd.api.types.is_numeric_dtype(self.table[c]) and self.table[c].notna().any()
         )  # fmt: skip
 
     def signal(self, name: str) -> np.ndarray:
