@@ -381,8 +381,15 @@ def _load_runs(paths: Sequence[str] | None, encoding: str | None = None) -> RunS
 def _fit(runs: RunSet, args: argparse.Namespace) -> FittedModel:
     from bayes_grpo.model import fit
 
-    quick = 200 if args.quick else None
-    print(f"fitting the {args.form} hierarchy to {len(runs)} runs{' (quick mode)' if args.quick else ''} ...", file=sys.stderr)
+    from bayes_grpo.config import SamplerConfig
+
+    quick, defaults = (200 if args.quick else None), SamplerConfig()
+    draws, tune = args.draws or quick or defaults.draws, args.tune or quick or defaults.tune
+    print(
+        f"fitting the {args.form} hierarchy to {len(runs)} runs{' (quick mode)' if args.quick else ''}: "
+        f"{_fit_time_estimate(len(runs), draws + tune, args.chains)} ...",
+        file=sys.stderr,
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeWarning)
         model = fit(
@@ -394,6 +401,19 @@ def _fit(runs: RunSet, args: argparse.Namespace) -> FittedModel:
             _warn(w.message)
     print(f"fit: {model.diagnostics}", file=sys.stderr)
     return model
+
+
+def _fit_time_estimate(n_runs: int, iterations: int, chains: int) -> str:
+    """How long a fit takes, scaled from the shipped model's own fit (runs x iterations x chains)."""
+    from bayes_grpo.model import default_model
+
+    try:
+        shipped = default_model()
+    except BayesGrpoError:  # a shipped model from another model version: no scale to estimate from
+        return "time unknown"
+    work = shipped.fitted_on["n_runs"] * (shipped.sampler_config.draws + shipped.sampler_config.tune) * shipped.sampler_config.chains
+    seconds = shipped.diagnostics.seconds * n_runs * iterations * chains / work
+    return f"about {max(1, round(seconds / 60))} min on two CPU cores, plus a minute to compile"
 
 
 def _load_model(path: str | None) -> FittedModel:
@@ -699,7 +719,8 @@ def _add_demo_parser(subparsers: argparse._SubParsersAction) -> None:
         help="fit the bundled runs, forecast several from 30%% of their steps, decide when to stop, write the report",
         description="The whole pipeline on the runs bundled with the package: fit the hierarchy, forecast runs "
         "from the first 30%% of their steps, print the stop decisions, and write OUT/report.html (plus the "
-        "fitted model in OUT/model.nc). The same --seed prints the same table.",
+        "fitted model in OUT/model.nc). With --quick on the bundled runs the shipped model, fitted on them at the "
+        "package defaults, stands in for the fit. The same --seed prints the same table.",
     )
     parser.add_argument("--out", default="bayes_grpo_demo", metavar="DIR", help="output folder (default: bayes_grpo_demo)")
     parser.add_argument("--runs", nargs="+", metavar="PATH", help="logs or folders of logs instead of the bundled runs")
@@ -716,7 +737,23 @@ def _run_demo(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     runs = _load_runs(args.runs, args.encoding)
-    model = _fit(runs, args)
+    from bayes_grpo.config import SamplerConfig
+
+    shipped, defaults = _load_model(None), SamplerConfig()
+    if args.quick and not (args.runs or args.draws or args.tune) and args.form == shipped.form:
+        # The shipped model was fitted on the bundled runs (and the real ones) at the package defaults:
+        # quick mode reuses it instead of a short fit that would not converge.
+        fitted = set(shipped.fitted_on["runs"])
+        print(
+            f"quick mode: the shipped model, fitted on {shipped.fitted_on['n_runs']} runs ({sum(r.run_id in fitted for r in runs)} "
+            f"of these {len(runs)} bundled runs among them) at the package defaults: {shipped.diagnostics}. "
+            f"Forecasts and the report follow (about a minute); without --quick the demo refits the bundled runs "
+            f"({_fit_time_estimate(len(runs), defaults.draws + defaults.tune, args.chains)}).",
+            file=sys.stderr,
+        )
+        model = shipped
+    else:
+        model = _fit(runs, args)
     saved = model.save(out / "model.nc")
     print(_demo_table(model, pick_runs(runs, args.shown), args.fraction, seed=args.seed))
     comparison = compare_forms(runs, progressbar=False)[0] if args.compare else None
