@@ -253,25 +253,17 @@ def rank(
         if not isinstance(value, (int, np.integer)) or value < 2:
             raise ModelError(f"{name} must be a whole number of at least 2, got {value!r}")
     total = _planned_length(runs, total_steps)
-    arrays = model.population_arrays()
-    n_population = next(iter(arrays.values())).shape[-1]
+    n_population = next(iter(model.population_arrays().values())).shape[-1]
     rng = np.random.default_rng([seed, n_population])
-    draws = np.sort(rng.choice(n_population, size=min(components, n_population), replace=False))
-
+    draws = coupling_draws(model, components, rng)
     forecasts, finals, log_resp = [], [], []
     for run in runs:
         fc = model.forecast(run, total_steps=total, family=family, params_b=params_b, n_draws=n_draws, seed=_run_seed(seed, run.run_id))
         forecasts.append(fc)
         done = run.last_step >= total
         finals.append(np.full(n_draws, final_reward(run.rewards)) if done else fc.final.samples)
-        log_resp.append(_log_responsibilities(model, fc, draws, rng))
-
-    log_resp_arr = np.stack(log_resp)  # (run, draw, component)
-    log_weight = logsumexp(log_resp_arr, axis=1).sum(axis=0)  # sum over runs of log P(c | run), up to constants
-    weight = np.exp(log_weight - logsumexp(log_weight))
-    chosen = rng.choice(draws.size, size=joint_draws, p=weight)
-    picks = np.column_stack([_pick_within(rng, resp, chosen) for resp in log_resp_arr])
-    finals_arr = np.column_stack([f[picks[:, i]] for i, f in enumerate(finals)])
+        log_resp.append(log_responsibilities(model, fc, draws, rng))
+    finals_arr, picks, ess = joint_finals(finals, log_resp, joint_draws, rng)
     return Ranking(
         run_ids=[run.run_id for run in runs],
         steps=np.array([run.last_step for run in runs]),
@@ -280,7 +272,7 @@ def rank(
         finals=finals_arr,
         forecasts=forecasts,
         picks=picks,
-        component_ess=float(1.0 / np.sum(weight**2)),
+        component_ess=ess,
         beat=None if beat is None else float(beat),
     )
 
@@ -341,7 +333,13 @@ def unconstrained(params: dict[str, np.ndarray], gain_at: str) -> np.ndarray:
     return np.column_stack([np.broadcast_to(columns[name], np.shape(params["r0"])) for name in PARAMS])
 
 
-def _log_responsibilities(model: SweepModel, fc: Forecast, draws: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def coupling_draws(model: PopulationPosterior, components: int, rng: np.random.Generator) -> np.ndarray:
+    """The population draws (sorted indices) a sweep's joint draws are coupled through, ``components`` of them at most."""
+    n_population = next(iter(model.population_arrays().values())).shape[-1]
+    return np.sort(rng.choice(n_population, size=min(components, n_population), replace=False))
+
+
+def log_responsibilities(model: PopulationPosterior, fc: Forecast, draws: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """(n_draws, len(draws)): log probability that each forecast draw's parameters came from each population draw,
     plus the log of that draw's share of the forecast (so a logsumexp over the forecast draws is log P(c | run))."""
     prior = RunPrior(model, fc.prepared, rng, n_components=1)
@@ -354,6 +352,36 @@ def _log_responsibilities(model: SweepModel, fc: Forecast, draws: np.ndarray, rn
     log_density = np.where(np.isfinite(log_density), log_density, -np.inf)
     normaliser = logsumexp(log_density, axis=1, keepdims=True)
     return np.where(np.isfinite(normaliser), log_density - normaliser, -np.log(draws.size)) - np.log(theta.shape[0])
+
+
+def joint_finals(
+    finals: Sequence[np.ndarray], log_resp: Sequence[np.ndarray], size: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Joint draws of several runs' final rewards, coupled through the population draws (module docstring).
+
+    Parameters
+    ----------
+    finals : sequence of ndarray
+        Per run, its forecast draws of the final reward (a measured final repeated, for a finished run).
+    log_resp : sequence of ndarray
+        Per run, :func:`log_responsibilities` of its forecast draws (one row per entry of ``finals``).
+    size : int
+        Joint draws to make.
+    rng : numpy.random.Generator
+
+    Returns
+    -------
+    (ndarray, ndarray, float)
+        ``(size, n_runs)`` joint final rewards, ``(size, n_runs)`` the forecast draw each took, and the
+        effective number of population draws they rest on.
+    """
+    log_resp_arr = np.stack(log_resp)  # (run, draw, component)
+    log_weight = logsumexp(log_resp_arr, axis=1).sum(axis=0)  # sum over runs of log P(c | run), up to constants
+    weight = np.exp(log_weight - logsumexp(log_weight))
+    chosen = rng.choice(weight.size, size=size, p=weight)
+    picks = np.column_stack([_pick_within(rng, resp, chosen) for resp in log_resp_arr])
+    joint = np.column_stack([np.asarray(f)[picks[:, i]] for i, f in enumerate(finals)])
+    return joint, picks, float(1.0 / np.sum(weight**2))
 
 
 def _pick_within(rng: np.random.Generator, log_resp: np.ndarray, chosen: np.ndarray) -> np.ndarray:

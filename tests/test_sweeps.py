@@ -238,23 +238,27 @@ def test_trials_of_another_process_set_the_bar(tmp_path: Path, model: bg.FittedM
     assert _replay(second, worst)[0]
 
 
-def test_other_trials_are_forecast_once_per_check(model: bg.FittedModel, runs: bg.RunSet, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[str] = []
+def test_no_trial_is_forecast_twice_from_the_same_steps(model: bg.FittedModel, runs: bg.RunSet, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[str, int]] = []
     forecast = model.forecast
 
     def counted(run: bg.RunLog, *args: object, **kwargs: object) -> object:
-        calls.append(run.run_id)
+        calls.append((run.run_id, int(run.last_step)))
         return forecast(run, *args, **kwargs)
 
     monkeypatch.setattr(model, "forecast", counted)
     study = optuna.create_study(direction="maximize", pruner=ForecastPruner(model, total_steps=TOTAL, min_fraction=0.3, check_interval=0.1))
-    running = study.ask()  # a trial still going, at 40% of its plan: forecast as a competitor from its latest check (step 120)
-    for step, reward in zip(runs[1].steps[:130], runs[1].rewards[:130]):
-        running.report(float(reward), int(step))
-    _, last = _replay(study, runs[2].head(250))
-    assert calls.count(f"trial {running.number}") == 1
-    # the replayed trial is checked at 30, 40, ..., 80% of the plan (steps 90 to 240), until it is pruned or ends
-    assert calls.count(f"trial {study.trials[-1].number}") == len(range(90, min(last, 240) + 1, 30))
+    assert _replay(study, runs[0]) == (False, TOTAL)
+    running, asking = study.ask(), study.ask()  # two trials side by side; only the second asks
+    for step, mine, theirs in zip(runs[2].steps[:250], runs[2].rewards, runs[1].rewards):
+        running.report(float(theirs), int(step))
+        asking.report(float(mine), int(step))
+        if asking.should_prune():
+            break
+    assert len(calls) == len(set(calls)), "a trial was forecast twice from the same steps"
+    assert calls.count((f"trial {study.trials[0].number}", TOTAL)) == 1  # the finished trial, from all its steps, once
+    # the asking trial is checked at 30, 40, ..., 80% of the plan (steps 90 to 240), until it is pruned or ends
+    assert sum(run_id == f"trial {asking.number}" for run_id, _ in calls) == len(range(90, min(int(step), 240) + 1, 30))
 
 
 def test_a_study_the_pruner_cannot_serve_is_refused(model: bg.FittedModel) -> None:

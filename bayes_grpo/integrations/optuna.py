@@ -4,12 +4,26 @@
 reports its logged mean reward with ``trial.report(reward, step)``, and at each
 check the pruner forecasts the trial's final reward
 (:attr:`bayes_grpo.forecast.Forecast.final`) and prunes it when the probability
-that it ends above the **bar** falls below ``threshold``. The bar is the best
-forecast final reward of the study's other completed or running trials: a
-finished trial's measured final-window mean, a running trial's forecast median
-(from the steps it had reported at its latest check, and only once it has done
-``min_fraction`` of its plan). Trials are read from the study's storage, so
-trials of other processes count.
+that it ends above every other trial falls below ``threshold``. Trials are read
+from the study's storage, so trials of other processes count. The other trials
+that set the **bar**:
+
+* a COMPLETE trial (or one that has reported its planned length), with its
+  measured final-window mean, whatever its last step (steps may count from 0);
+* a RUNNING trial past ``min_fraction`` of its plan, with its forecast draws from
+  the steps it had at its latest check, unless the trial asking leads it now
+  (its mean over the last check interval both have reached is higher: a
+  forecast the rival has not shown never prunes a trial ahead of it), or it is
+  **stale**: it reported no new step while the trial asking went through
+  :data:`STALE_SHARE` of its plan (its process died or hangs).
+
+The probability is read from **joint draws** of the trials' finals
+(:func:`bayes_grpo.sweeps.joint_finals`, as :func:`bayes_grpo.rank` makes them):
+the uncertainty of every forecast trial counts, and the trials are coupled
+through the population draws that fit them all. Trials without a valid planned
+length set no bar (one warning each). A trial whose latest report is not finite
+(NaN or infinite: its training diverged) is pruned at once, as Optuna's own
+pruners do.
 
 **Recalibration on the study's own trials.** The runs of one sweep share a recipe,
 so their forecasts tend to miss the same way: a recipe whose runs take off late is
@@ -56,6 +70,7 @@ from scipy.stats import norm
 from bayes_grpo.errors import BayesGrpoError
 from bayes_grpo.logs import normalise_family, read_log
 from bayes_grpo.measures import final_reward
+from bayes_grpo.sweeps import COUPLING_COMPONENTS, JOINT_DRAWS, coupling_draws, joint_finals, log_responsibilities
 
 try:
     from optuna.pruners import BasePruner
@@ -70,12 +85,15 @@ if TYPE_CHECKING:
     from optuna.study import Study
     from optuna.trial import FrozenTrial
 
+    from bayes_grpo.forecast import Forecast
     from bayes_grpo.model import FittedModel
 
 #: Fewest reported values a trial needs before it is forecast (fewer barely constrain its curve).
 MIN_POINTS = 5
 #: Prior precision of a sweep's forecast bias in normal scores: how many finished trials the model's own calibration counts as.
 MODEL_WEIGHT = 1.0
+#: A running trial that reports no new step while the asking trial goes through this share of its plan is stale (crashed, or hung): it sets no bar.
+STALE_SHARE = 0.2
 #: User attributes a trial may set to describe its run.
 TRIAL_ATTRS = ("total_steps", "family", "params_b")
 
@@ -156,10 +174,16 @@ class ForecastPruner(BasePruner):
         self.n_draws = int(n_draws)
         self.seed = int(seed)
         self.recalibrate = bool(recalibrate)
-        self._samples: dict[tuple[int, int, int], np.ndarray] = {}
+        self._finals: dict[tuple[int, int, int], np.ndarray] = {}
+        self._coupling: dict[int, tuple[tuple[int, int, int], np.ndarray]] = {}
+        self._draws: np.ndarray | None = None
+        self._sightings: dict[tuple[int, int], tuple[int, float]] = {}
+        self._watched: dict[int, int] = {}
+        self._warned: set[int] = set()
 
     def prune(self, study: Study, trial: FrozenTrial) -> bool:
-        """Whether ``trial`` should stop: at a check, P(its final > the bar) < ``threshold``.
+        """Whether ``trial`` should stop: its latest report is not finite (it diverged), or at a check,
+        P(its final > the best other trial's) < ``threshold``.
 
         Parameters
         ----------
@@ -172,37 +196,50 @@ class ForecastPruner(BasePruner):
         -------
         bool
         """
+        if _diverged(trial):
+            return True
         check = self.beat_probability(study, trial)
         return check is not None and check[0] < self.threshold
 
     def beat_probability(self, study: Study, trial: FrozenTrial) -> tuple[float, float] | None:
-        """At a check, the probability that ``trial`` ends beyond the bar, and the bar; None between checks.
+        """At a check, the probability that ``trial`` ends beyond the best other trial, and the bar; None between checks.
 
-        None also when the trial has fewer than :data:`MIN_POINTS` finite values, has
-        finished its plan, or no other trial sets a bar yet. Values are in the
-        study's own units (for ``"minimize"``, "beyond" means below). With ``recalibrate``
-        the probability is the recalibrated one (class docstring).
+        The probability comes from joint draws of the trials' finals (module docstring); the bar is
+        the median of the joint draws of the best other final. None also when the trial has fewer than
+        :data:`MIN_POINTS` finite values, has finished its plan, its latest report is not finite, or no
+        other trial sets a bar yet. Values are in the study's own units (for ``"minimize"``, "beyond"
+        means below). With ``recalibrate`` the probability is the recalibrated one (module docstring).
 
         Raises
         ------
         BayesGrpoError
-            A multi-objective study, a trial without a planned length, or an invalid user attribute.
+            A multi-objective study, a trial without a planned length, or an invalid user attribute of the trial.
         """
         sign = _direction_sign(study)
         description = self._describe(trial)
         total = description["total_steps"]
         steps, values = _series(trial, sign)
         checks = self._check_steps(steps, total)
-        if steps.size < MIN_POINTS or steps[-1] >= total or checks.size == 0 or checks[-1] != steps[-1]:
+        at_check = steps.size >= MIN_POINTS and steps[-1] < total and checks.size > 0 and checks[-1] == steps[-1] and not _diverged(trial)
+        interval = -1 if trial.last_step is None else trial.last_step // self._interval(total)
+        if not at_check and self._watched.get(trial.number) == interval:
             return None
-        samples = self._final_samples(trial.number, steps, values, description)  # also kept to recalibrate later checks
-        bar = self._bar(study, trial, sign)
-        if bar is None:
+        self._watched[trial.number] = interval
+        others = [other for other in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING)) if other.number != trial.number]
+        self._sight(trial, others, total)
+        if not at_check:
             return None
-        probability = float(np.mean(samples > bar))
+        rivals = self._rivals(trial, others, sign, steps, values)
+        if not rivals:
+            return None
+        own = self._forecast(trial.number, steps, values, description)
+        rng = np.random.default_rng(zlib.crc32(f"{self.seed}:{trial.number}:{int(steps[-1])}:joint".encode()))
+        joint, _, _ = joint_finals([own[0], *(finals for finals, _ in rivals)], [own[1], *(resp for _, resp in rivals)], JOINT_DRAWS, rng)
+        best_other = joint[:, 1:].max(axis=1)
+        probability = float(np.mean(joint[:, 0] > best_other))
         if self.recalibrate:
-            probability = self._recalibrated(study, trial, probability, int(steps[-1] // self._interval(total)), sign)
-        return probability, sign * bar
+            probability = self._recalibrated(others, trial, probability, int(steps[-1] // self._interval(total)), sign)
+        return probability, sign * float(np.median(best_other))
 
     # ---------------------------------------------------------------- internals
 
@@ -217,6 +254,16 @@ class ForecastPruner(BasePruner):
             )
         return description
 
+    def _rival_description(self, other: FrozenTrial) -> dict[str, Any] | None:
+        """Another trial's description, or None (with one warning per trial) when it has no valid one: it then sets no bar."""
+        try:
+            return self._describe(other)
+        except BayesGrpoError as exc:
+            if other.number not in self._warned:
+                self._warned.add(other.number)
+                warnings.warn(f"{exc}; it is left out of the comparisons", UserWarning, stacklevel=4)
+            return None
+
     def _interval(self, total: int) -> int:
         """Steps between two checks of a run planned for ``total`` steps."""
         return max(1, int(round(self.check_interval * total)))
@@ -229,42 +276,64 @@ class ForecastPruner(BasePruner):
         group = late // self._interval(total)
         return late[np.concatenate([[True], group[1:] != group[:-1]])]
 
-    def _bar(self, study: Study, trial: FrozenTrial, sign: float) -> float | None:
-        """The best final of the other completed or running trials (in sign-adjusted units), or None when there is none.
-
-        A finished trial's final is its measured final-window mean; any other its forecast median, a
-        running trial's from the steps it had at its latest check (so it is forecast once per check).
-        """
-        finals = []
-        for other in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING)):
-            steps, values = _series(other, sign)
-            if other.number == trial.number or steps.size < MIN_POINTS:
-                continue
-            description = self._describe(other)
-            total = description["total_steps"]
-            if steps[-1] >= total:
-                finals.append(final_reward(values))
-                continue
+    def _sight(self, trial: FrozenTrial, others: list[FrozenTrial], total: int) -> None:
+        """Note, for each running trial, the asking trial's progress when its latest step was first seen (to tell stale ones)."""
+        progress = (trial.last_step or 0) / total
+        for other in others:
             if other.state == TrialState.RUNNING:
-                checks = self._check_steps(steps, total)
-                if checks.size == 0:
-                    continue
-                seen = steps <= checks[-1]
-                steps, values = steps[seen], values[seen]
-            finals.append(float(np.median(self._final_samples(other.number, steps, values, description))))
-        return max(finals) if finals else None
+                seen = self._sightings.get((trial.number, other.number))
+                if seen is None or seen[0] != other.last_step:
+                    self._sightings[(trial.number, other.number)] = (other.last_step, progress)
 
-    def _recalibrated(self, study: Study, trial: FrozenTrial, probability: float, check: int, sign: float) -> float:
+    def _stale(self, trial: FrozenTrial, other: FrozenTrial, total: int) -> bool:
+        """Whether running ``other`` has reported nothing new while ``trial`` went through :data:`STALE_SHARE` of its plan."""
+        seen = self._sightings.get((trial.number, other.number))
+        return seen is not None and seen[0] == other.last_step and (trial.last_step or 0) / total - seen[1] >= STALE_SHARE
+
+    def _rivals(
+        self, trial: FrozenTrial, others: list[FrozenTrial], sign: float, steps: np.ndarray, values: np.ndarray
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The final-reward draws and coupling responsibilities of every other trial that sets a bar for ``trial``
+        (whose finite reports are ``steps``, ``values``).
+
+        A COMPLETE trial (or one logged to its plan) counts with its measured final-window mean, whatever
+        its last step. A running one counts with its forecast draws from the steps it had at its latest
+        check (so it is forecast once per check), once it is past ``min_fraction`` of its plan, unless it
+        is stale, its latest report is not finite, or ``trial`` is ahead of it now (:func:`_ahead`: a
+        forecast it has not shown yet never prunes a trial that leads it). Trials without a valid
+        description are left out (one warning each).
+        """
+        total = self._describe(trial)["total_steps"]
+        rivals = []
+        for other in others:
+            description = self._rival_description(other)
+            other_steps, other_values = _series(other, sign)
+            if description is None or other_steps.size < MIN_POINTS or _diverged(other):
+                continue
+            plan = description["total_steps"]
+            if other.state == TrialState.COMPLETE or other_steps[-1] >= plan:
+                finished = {**description, "total_steps": max(plan, int(other_steps[-1]))}
+                _, resp = self._forecast(other.number, other_steps, other_values, finished)
+                rivals.append((np.full(self.n_draws, final_reward(other_values)), resp))
+                continue
+            checks = self._check_steps(other_steps, plan)
+            if checks.size == 0 or self._stale(trial, other, total) or _ahead(steps, values, other_steps, other_values, self._interval(total)):
+                continue
+            seen = other_steps <= checks[-1]
+            rivals.append(self._forecast(other.number, other_steps[seen], other_values[seen], description))
+        return rivals
+
+    def _recalibrated(self, others: list[FrozenTrial], trial: FrozenTrial, probability: float, check: int, sign: float) -> float:
         """``probability``, or its recalibration for the sweep's forecast bias measured on the finished trials when larger (module docstring)."""
         pits = []
-        for other in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        for other in others:
+            description = self._rival_description(other)
             steps, values = _series(other, sign)
-            if other.number == trial.number or steps.size < MIN_POINTS:
+            if other.state != TrialState.COMPLETE or description is None or steps.size < MIN_POINTS or _diverged(other):
                 continue
-            description = self._describe(other)
             total = description["total_steps"]
             at = [s for s in self._check_steps(steps, total) if s // self._interval(total) == check]
-            if steps[-1] < total or not at:
+            if not at:
                 continue
             seen = steps <= at[0]
             samples = self._final_samples(other.number, steps[seen], values[seen], description)
@@ -279,17 +348,37 @@ class ForecastPruner(BasePruner):
     def _final_samples(self, number: int, steps: np.ndarray, values: np.ndarray, description: dict[str, Any]) -> np.ndarray:
         """Draws of the forecast final reward of trial ``number`` from the values reported up to ``steps[-1]`` (cached)."""
         key = (number, int(steps[-1]), hash(values.tobytes()))
-        if key not in self._samples:
-            if self.model is None:
-                from bayes_grpo.model import default_model
+        if key not in self._finals:
+            self._finals[key] = self._run_forecast(number, steps, values, description).final.samples
+        return self._finals[key]
 
-                self.model = default_model()
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # repairs of the log and poor weights are the forecast's business here
-                run = read_log(pd.DataFrame({"step": steps, "reward": values}), run_id=f"trial {number}", **description)
-                seed = zlib.crc32(f"{self.seed}:{number}:{int(steps[-1])}".encode())
-                self._samples[key] = self.model.forecast(run, n_draws=self.n_draws, seed=seed).final.samples
-        return self._samples[key]
+    def _forecast(self, number: int, steps: np.ndarray, values: np.ndarray, description: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+        """Final-reward draws of trial ``number`` from the values reported up to ``steps[-1]``, and their
+        coupling responsibilities (:func:`bayes_grpo.sweeps.log_responsibilities`). The draws are kept for
+        every forecast; the responsibilities, larger, for each trial's latest one."""
+        key = (number, int(steps[-1]), hash(values.tobytes()))
+        kept = self._coupling.get(number)
+        if key in self._finals and kept is not None and kept[0] == key:
+            return self._finals[key], kept[1]
+        fc = self._run_forecast(number, steps, values, description)
+        if self._draws is None:
+            self._draws = coupling_draws(self.model, COUPLING_COMPONENTS, np.random.default_rng(self.seed))
+        resp = log_responsibilities(self.model, fc, self._draws, np.random.default_rng(fc.seed))
+        self._finals[key] = fc.final.samples
+        self._coupling[number] = (key, resp)
+        return fc.final.samples, resp
+
+    def _run_forecast(self, number: int, steps: np.ndarray, values: np.ndarray, description: dict[str, Any]) -> Forecast:
+        """The forecast of trial ``number`` from the values reported up to ``steps[-1]`` (seeded by the trial and step)."""
+        if self.model is None:
+            from bayes_grpo.model import default_model
+
+            self.model = default_model()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # repairs of the log and poor weights are the forecast's business here
+            run = read_log(pd.DataFrame({"step": steps, "reward": values}), run_id=f"trial {number}", **description)
+            seed = zlib.crc32(f"{self.seed}:{number}:{int(steps[-1])}".encode())
+            return self.model.forecast(run, n_draws=self.n_draws, seed=seed)
 
 
 def _direction_sign(study: Study) -> float:
@@ -302,6 +391,20 @@ def _direction_sign(study: Study) -> float:
     if directions[0] == StudyDirection.MINIMIZE:
         return -1.0
     raise BayesGrpoError(f"ForecastPruner needs a study direction of 'maximize' or 'minimize', got {directions[0].name}")
+
+
+def _diverged(trial: FrozenTrial) -> bool:
+    """Whether the trial's latest report is not finite (NaN or infinite): its training diverged."""
+    values = trial.intermediate_values
+    return bool(values) and not math.isfinite(values[max(values)])
+
+
+def _ahead(steps: np.ndarray, values: np.ndarray, other_steps: np.ndarray, other_values: np.ndarray, window: int) -> bool:
+    """Whether a trial's mean reported value leads another's over the same steps: the last ``window`` steps both have reached."""
+    common = min(int(steps[-1]), int(other_steps[-1]))
+    mine = values[(steps > common - window) & (steps <= common)]
+    theirs = other_values[(other_steps > common - window) & (other_steps <= common)]
+    return mine.size > 0 and theirs.size > 0 and float(mine.mean()) > float(theirs.mean())
 
 
 def _series(trial: FrozenTrial, sign: float) -> tuple[np.ndarray, np.ndarray]:
