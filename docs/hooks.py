@@ -10,7 +10,8 @@
   the executed copies on the site as ``notebooks/<name>.ipynb``, rendered by mkdocs-jupyter;
   the first figure of each becomes its gallery thumbnail ``gallery/<name>.png``.
 * **Benchmark results.** Each ``benchmarks/results/*.md`` becomes the page ``results/<name>.md``,
-  with its figure: the one the benchmark wrote, or one drawn here from its CSV.
+  with its figure: the one the benchmark wrote, or one drawn here from its CSV (Sphinx roles
+  quoted from a script's docstring become code).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import hashlib
 import io
 import os
 import re
+import textwrap
 from functools import cache
 from pathlib import Path
 
@@ -32,6 +34,7 @@ NOTEBOOKS = ROOT / "notebooks"
 RESULTS = ROOT / "benchmarks" / "results"
 EXECUTED = ROOT / ".cache" / "notebooks"
 PLACEHOLDER = re.compile(r"\{\{\s*([\w.]+)\s*\}\}")
+SPHINX_ROLE = re.compile(r":(?:func|class|data|attr|meth|mod|exc|obj|const):`~?([^`]+)`")
 #: Results pages whose benchmark writes no figure: the figure drawn here from its CSV.
 DRAWN_FIGURES = {"shapes": "shapes.png", "backtest_sweeps": "backtest_sweeps.png"}
 REAL_CAPPED = "real runs, source-capped (each source counts as at most 3 runs)"
@@ -110,7 +113,7 @@ def executed(notebook: Path) -> Path:
     """The notebook run top to bottom in quick mode (from the cache when nothing changed)."""
     from nbclient import NotebookClient
 
-    target = EXECUTED / f"{notebook.stem}-{_source_hash(notebook)}" / notebook.name
+    target = EXECUTED / f"{notebook.stem}-{_source_hash(notebook)}" / "notebooks" / notebook.name
     if target.exists():
         return target
     nb = nbformat.read(notebook, as_version=4)
@@ -163,26 +166,30 @@ def shapes_figure() -> bytes:
     fig, axes = plt.subplots(1, len(settings), figsize=(5 * len(settings), 3.6), sharey=True, squeeze=False)
     for ax, setting in zip(axes[0], settings):
         wide = table[table["setting"] == setting].pivot(index="shape", columns="fraction", values="coverage_90")
+        wide.columns = [f"{f:.0%} observed" for f in wide.columns]
         wide.plot.barh(ax=ax, width=0.8)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
         ax.axvline(0.85, color="k", lw=0.8, ls=":")
         ax.set(title=f"{setting} reward scale", xlabel="90% interval coverage (target >= 0.85)", xlim=(0, 1), ylabel="")
-        ax.legend([f"{f:.0%} observed" for f in wide.columns], fontsize=8, loc="lower right")
     return _png(fig)
 
 
 def sweeps_figure() -> bytes:
-    """Steps saved against replays with regret <= 0.05, one point per pruner."""
+    """Steps saved and replays with regret <= 0.05, one bar each per pruner."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    table = pd.read_csv(RESULTS / "backtest_sweeps.csv")
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.scatter(table["steps saved"], table["regret <= 0.05"], color="C0")
-    for _, row in table.iterrows():
-        ax.annotate(row["pruner"].split(" (")[0][:34], (row["steps saved"], row["regret <= 0.05"]), fontsize=7, xytext=(4, 2), textcoords="offset points")
-    ax.set(xlabel="mean share of steps saved", ylabel="replays with regret <= 0.05", ylim=(-0.05, 1.1))
+    table = pd.read_csv(RESULTS / "backtest_sweeps.csv").iloc[::-1]
+    names = [textwrap.fill(name, 48) for name in table["pruner"]]
+    fig, (saved, safe) = plt.subplots(1, 2, figsize=(11, 0.55 * len(table) + 1), sharey=True)
+    saved.barh(names, table["steps saved"], color="C0")
+    saved.set(xlabel="mean share of steps saved")
+    safe.barh(names, table["regret <= 0.05"], color="C2")
+    safe.set(xlabel="replays with regret <= 0.05", xlim=(0, 1))
+    saved.tick_params(axis="y", labelsize=8)
+    fig.tight_layout()
     return _png(fig)
 
 
@@ -197,7 +204,8 @@ def on_files(files: Files, config) -> Files:
     """Add the executed notebooks, their thumbnails and the benchmark results pages (before mkdocs-jupyter)."""
     for notebook in sorted(NOTEBOOKS.glob("*.ipynb")):
         run = executed(notebook)
-        files.append(File(f"notebooks/{notebook.name}", str(run.parent), config["site_dir"], config["use_directory_urls"]))
+        # A plain File (mkdocs-jupyter wraps it): the executed copy lies at <cache entry>/notebooks/<name>.
+        files.append(File(f"notebooks/{notebook.name}", str(run.parent.parent), config["site_dir"], config["use_directory_urls"]))
         files.append(File.generated(config, f"gallery/{notebook.stem}.png", content=first_figure(run)))
     for result in sorted(RESULTS.glob("*.md")):
         files.append(File.generated(config, f"results/{result.name}", abs_src_path=str(result)))
@@ -212,6 +220,8 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     """Fill the figures in; give a results page whose benchmark drew no figure the one drawn here."""
     markdown = fill(markdown, page.file.src_uri)
     stem = Path(page.file.src_uri).stem
+    if page.file.src_uri.startswith("results/"):  # a benchmark's text may quote its script's docstring roles
+        markdown = SPHINX_ROLE.sub(r"`\1`", markdown)
     if page.file.src_uri.startswith("results/") and stem in DRAWN_FIGURES:
         heading, _, rest = markdown.partition("\n")
         markdown = f"{heading}\n\n![{stem}]({DRAWN_FIGURES[stem]})\n{rest}"
