@@ -33,6 +33,8 @@ from bayes_grpo.errors import BayesGrpoError
 from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from bayes_grpo.forecast import Forecast
     from bayes_grpo.logs import RunLog, RunSet
     from bayes_grpo.model import FittedModel
@@ -226,13 +228,28 @@ def _reward_range(args: argparse.Namespace) -> tuple[float, float] | None:
     return lo, hi
 
 
+def _add_metric_args(parser: argparse.ArgumentParser) -> None:
+    """``--metric`` and ``--minimize``: which logged per-step number to forecast, and whether lower is better."""
+    parser.add_argument(
+        "--metric", default="reward", metavar="NAME",
+        help="the logged per-step metric to forecast, e.g. rewards/correctness_reward_func/mean, eval_reward or kl "
+        "(default: reward, the summed reward; 'inspect' lists a log's metrics); --reward-range is then in its units",
+    )  # fmt: skip
+    parser.add_argument("--minimize", action="store_true", help="the metric is lower-is-better (a loss): forecast it falling")
+
+
+def _metric(args: argparse.Namespace) -> dict[str, str]:
+    """``read_log``'s ``metric`` and ``direction`` from ``--metric`` and ``--minimize``."""
+    return {"metric": args.metric, "direction": "minimize" if args.minimize else "maximize"}
+
+
 def _read_run(args: argparse.Namespace) -> RunLog:
     """The run named by ``args.log``, with the metadata flags applied and ``--at`` checked against it."""
     from bayes_grpo.logs import read_log
 
     run = read_log(
         args.log, family=args.family, params_b=args.params_b, total_steps=args.total_steps,
-        reward_range=_reward_range(args), encoding=args.encoding,
+        reward_range=_reward_range(args), encoding=args.encoding, **_metric(args),
     )  # fmt: skip
     at = getattr(args, "at", None)
     if at is not None:
@@ -245,12 +262,15 @@ def _read_run(args: argparse.Namespace) -> RunLog:
     if run.total_steps is None:
         raise BayesGrpoError(f"{args.log} does not say how many steps the run will take; pass --total-steps N (the trainer's max_steps)")
     if run.reward_range is not None:
-        lo, hi = run.reward_range
-        outside = (run.rewards < lo - 1e-9 * (hi - lo)) | (run.rewards > hi + 1e-9 * (hi - lo))
+        sign = -1.0 if run.direction == "minimize" else 1.0
+        lo, hi = sorted(sign * v for v in run.reward_range)
+        values = sign * run.rewards
+        outside = (values < lo - 1e-9 * (hi - lo)) | (values > hi + 1e-9 * (hi - lo))
         if outside.any():
+            what = "reward(s)" if run.metric == "reward" else f"value(s) of {run.metric}"
             raise BayesGrpoError(
-                f"{args.log}: {int(outside.sum())} logged reward(s) lie outside the reward range {lo:g} to {hi:g} "
-                f"(min {run.rewards.min():.4g}, max {run.rewards.max():.4g}); pass the range the rewards can reach with --reward-range"
+                f"{args.log}: {int(outside.sum())} logged {what} lie outside the reward range {lo:g} to {hi:g} "
+                f"(min {values.min():.4g}, max {values.max():.4g}); pass the range the values can reach with --reward-range"
             )
     elif len(run) < MIN_SCALE_STEPS:
         raise BayesGrpoError(
@@ -291,6 +311,7 @@ def _add_inspect_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("logs", nargs="+", metavar="LOG", help="log file or TRL output folder")
     _add_run_metadata_args(parser)
+    _add_metric_args(parser)
 
 
 def _run_inspect(args: argparse.Namespace) -> int:
@@ -303,7 +324,7 @@ def _run_inspect(args: argparse.Namespace) -> int:
                 warnings.simplefilter("always")
                 run = read_log(
                     source, family=args.family, params_b=args.params_b, total_steps=args.total_steps,
-                    reward_range=_reward_range(args), encoding=args.encoding,
+                    reward_range=_reward_range(args), encoding=args.encoding, **_metric(args),
                 )  # fmt: skip
         except (BayesGrpoError, OSError) as exc:
             _error(_cli_wording(str(exc), args))
@@ -318,11 +339,18 @@ def _run_inspect(args: argparse.Namespace) -> int:
 
 
 def _summary(run: RunLog) -> str:
-    """Two-column text table describing one run."""
-    rewards, n = run.rewards, len(run)
+    """Two-column text table describing one run, then its metrics with how often each is logged."""
+    from bayes_grpo.logs import GRPO_SIGNALS
+
+    sign = -1.0 if run.direction == "minimize" else 1.0
+    rewards, n = sign * run.rewards, len(run)
     k = max(1, n // 10)
     meta = run.meta
-    per_function = sorted(c.split("/", 1)[1] for c in run.table.columns if c.startswith("rewards/") and c.count("/") == 1)
+    per_function = [s[len("rewards/") : -len("/mean")] for s in run.signals if s.startswith("rewards/") and s.endswith("/mean")]
+    with_std = [f for f in per_function if f"rewards/{f}/std" in run.signals]
+    stds = "means and stds" if len(with_std) == len(per_function) else f"means; stds of {len(with_std)}" if with_std else "means"
+    functions = ", ".join(per_function) + (f" ({stds})" if per_function else "")
+    grpo = [name for name in GRPO_SIGNALS if name in run.signals]
     wanted = {
         "family": meta.family,
         "params_b": meta.params_b,
@@ -342,11 +370,35 @@ def _summary(run: RunLog) -> str:
         (f"reward start (first {k})", f"{rewards[:k].mean():.4g}"),
         (f"reward end (last {k})", f"{rewards[-k:].mean():.4g}"),
         ("reward min .. max", f"{rewards.min():.4g} .. {rewards.max():.4g}"),
-        ("reward functions", ", ".join(per_function) or "-"),
+        ("reward functions", functions or "-"),
+        ("GRPO signals", ", ".join(grpo) or "-"),
+        ("GRPO signals missing", ", ".join(name for name in GRPO_SIGNALS if name not in grpo) or "-"),
         ("fields missing", ", ".join(k for k, v in wanted.items() if v is None) or "-"),
     ]
+    if run.metric != "reward":
+        label = run.metric + (" (lower is better)" if run.direction == "minimize" else "")
+        rows.insert(1, ("metric", label))
+        rows = [(name.replace("reward start", "start").replace("reward end", "end").replace("reward min", "min"), value) for name, value in rows]
     width = max(len(name) for name, _ in rows)
-    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+    table = "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+    metrics = [(name, _logging_frequency(run.steps, run.signal(name))) for name in run.signals]
+    shown = [(run.metric if name == "reward" and run.metric != "reward" else name, how) for name, how in metrics]
+    shown = list(dict.fromkeys(shown))
+    width = max(len(name) for name, _ in shown)
+    listing = "\n".join(f"  {name:<{width}}  {how}" for name, how in shown)
+    return f"{table}\nmetrics (forecast one with --metric NAME):\n{listing}"
+
+
+def _logging_frequency(steps: np.ndarray, values: np.ndarray) -> str:
+    """How often a metric was logged: 'every step, 300 values', 'every 50 steps, 10 values', 'every ~7 steps, ...'."""
+    logged = steps[np.isfinite(values)]
+    count = f"{logged.size} value{'s' if logged.size != 1 else ''}"
+    if logged.size < 2:
+        return count
+    gaps = np.diff(logged)
+    gap = int(np.median(gaps))
+    every = "every step" if gap == 1 else f"every {gap} steps"
+    return f"{every if np.all(gaps == gap) else every.replace('every ', 'every ~')}, {count}"
 
 
 # --------------------------------------------------- fit, forecast, report, demo
@@ -371,11 +423,12 @@ def _add_sampler_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=_non_negative_int, default=0, help="random seed of the sampler and the forecasts: one seed, one result (default 0)")
 
 
-def _load_runs(paths: Sequence[str] | None, encoding: str | None = None) -> RunSet:
+def _load_runs(paths: Sequence[str] | None, encoding: str | None = None, metric: str = "reward", direction: str = "maximize") -> RunSet:
     """Runs from files/folders (read as ``encoding``, default UTF-8), or the bundled runs when no path is given."""
     from bayes_grpo.logs import RunSet, load_runs
 
-    return RunSet(run for path in paths for run in load_runs(path, encoding=encoding)) if paths else load_runs()
+    target = {"metric": metric, "direction": direction}
+    return RunSet(run for path in paths for run in load_runs(path, encoding=encoding, **target)) if paths else load_runs(**target)
 
 
 def _fit(runs: RunSet, args: argparse.Namespace) -> FittedModel:
@@ -454,36 +507,93 @@ def _add_forecast_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--rows", type=_positive_int, default=12, help="rows of the printed forecast table (default 12)")
     parser.add_argument("--plot", metavar="FILE", help="also write the fan chart to FILE (.png, .pdf or .svg)")
     parser.add_argument("--seed", type=_non_negative_int, default=0, help="random seed of the forecast draws (default 0)")
+    parser.add_argument(
+        "--components", action="store_true",
+        help="also forecast each reward function the log holds (rewards/<fn>/mean) and say which have saturated; "
+        "with --plot, their small fans side by side in FILE's -components twin",
+    )  # fmt: skip
     _add_run_metadata_args(parser)
+    _add_metric_args(parser)
 
 
 def _run_forecast(args: argparse.Namespace) -> int:
     if args.plot and Path(args.plot).suffix.lower() not in (".png", ".pdf", ".svg"):
         raise BayesGrpoError(f"--plot {args.plot}: give a file name ending in .png, .pdf or .svg")
+    if args.components and args.metric != "reward":
+        raise BayesGrpoError("--components forecasts the reward functions that make up the summed reward; leave out --metric")
     run = _read_run(args)
     model = _load_model(args.model)
     _check_family(model, run)
     fc = model.forecast(run, seed=args.seed)
-    frame = fc.to_frame()
+    frame = _in_metric_units(fc.to_frame(), run)
     ahead = frame[frame.step >= (fc.last_observed_step or 0)]
     rows = ahead.iloc[np.unique(np.linspace(0, len(ahead) - 1, max(2, args.rows)).round().astype(int))]
     note = _prior_only_note(run)
-    print(f"{fc.run_id}: forecast from step {fc.last_observed_step} to {fc.total_steps}" + (f" ({note})" if note else ""))
+    what = "" if run.metric == "reward" else f" of {run.metric}" + (" (lower is better)" if run.direction == "minimize" else "")
+    print(f"{fc.run_id}: forecast{what} from step {fc.last_observed_step} to {fc.total_steps}" + (f" ({note})" if note else ""))
     print(rows.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     final = fc.final
     lo50, hi50 = final.interval(0.5)
     lo90, hi90 = final.interval(0.9)
+    median, mean = final.quantile(0.5), final.mean
+    if run.direction == "minimize":
+        (lo50, hi50), (lo90, hi90), median, mean = (-hi50, -lo50), (-hi90, -lo90), -median, -mean
     regimes = ", ".join(f"{name.replace('_', ' ')} {weight:.2f}" for name, weight in fc.regimes.items())
     print(f"regimes: {regimes}; draws following the run's own trend {fc.trend_weight:.2f}; importance sampling ESS {fc.ess:.0f}, Pareto k {fc.pareto_k:.2f}")
     for caveat in fc.caveats:
         print(f"note: {caveat}")
     print(
-        f"final reward (mean of the last 10% of steps to {fc.total_steps}): mean {final.mean:.4g}, "
-        f"median {final.quantile(0.5):.4g}, 50% [{lo50:.4g}, {hi50:.4g}], 90% [{lo90:.4g}, {hi90:.4g}]"
+        f"final {'reward' if run.metric == 'reward' else run.metric} (mean of the last 10% of steps to {fc.total_steps}): "
+        f"mean {mean:.4g}, median {median:.4g}, 50% [{lo50:.4g}, {hi50:.4g}], 90% [{lo90:.4g}, {hi90:.4g}]"
     )
     if args.plot:
         print(f"wrote the fan chart to {_save_fan_chart(fc, args)}")
+    if args.components:
+        _print_components(model, run, args)
     return EXIT_OK
+
+
+def _in_metric_units(frame: pd.DataFrame, run: RunLog) -> pd.DataFrame:
+    """A forecast table (``step, mean, q05 .. q95``) back in the metric's units: a minimised metric's negation undone."""
+    if run.direction != "minimize":
+        return frame
+    quantiles = [c for c in frame.columns if c.startswith("q")]
+    flipped = frame.assign(mean=-frame["mean"])
+    flipped[quantiles] = -frame[quantiles[::-1]].to_numpy()
+    return flipped
+
+
+def _print_components(model: FittedModel, run: RunLog, args: argparse.Namespace) -> None:
+    """Each reward function's forecast final value and 90% interval, and whether it has saturated (``--components``)."""
+    from bayes_grpo.components import forecast_components, plot_components
+    from bayes_grpo.logs import read_log
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # a function with equal values so far: its row says so
+        components = forecast_components(model, run, seed=args.seed)
+    if not components:
+        print("components: the log holds no per-function rewards (rewards/<fn>/mean)")
+        return
+    print(f"reward functions (each forecast as a run of its own, to step {components[0].forecast.total_steps}):")
+    width = max(len(c.name) for c in components)
+    for c in components:
+        lo, hi = c.forecast.final.interval(0.9)
+        now = c.forecast.observed_rewards[-max(1, len(c.forecast.observed_rewards) // 10) :].mean()
+        print(
+            f"  {c.name:<{width}}  now {now:.4g}, final {c.forecast.final.mean:.4g} [90% {lo:.4g}, {hi:.4g}]  "
+            + (f"saturated: {c.reason}" if c.saturated else "still moving")
+        )
+    if args.plot:
+        from matplotlib.figure import Figure
+
+        path = Path(args.plot)
+        path = path.with_name(f"{path.stem}-components{path.suffix}")
+        columns = min(4, len(components))
+        figure = Figure(figsize=(3 * columns, 2.6 * -(-len(components) // columns)), layout="constrained")
+        truth = read_log(args.log, encoding=args.encoding) if args.at is not None else None
+        plot_components(components, figure, truth=truth)
+        figure.savefig(path, dpi=110)
+        print(f"wrote the reward functions' fans to {path}")
 
 
 def _save_fan_chart(fc: Forecast, args: argparse.Namespace) -> Path:
@@ -495,7 +605,7 @@ def _save_fan_chart(fc: Forecast, args: argparse.Namespace) -> Path:
     path = Path(args.plot)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure = Figure(figsize=(7, 4), layout="constrained")
-    truth = read_log(args.log, encoding=args.encoding) if args.at is not None else None
+    truth = read_log(args.log, encoding=args.encoding, **_metric(args)) if args.at is not None else None
     fc.plot(ax=figure.add_subplot(), truth=truth)
     figure.savefig(path, dpi=120)
     return path
@@ -519,6 +629,7 @@ def _add_stop_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=_non_negative_int, default=0, help="random seed of the forecast draws (default 0)")
     parser.add_argument("--json", action="store_true", help="print the decision as JSON")
     _add_run_metadata_args(parser)
+    _add_metric_args(parser)
 
 
 def _run_stop(args: argparse.Namespace) -> int:
@@ -535,8 +646,11 @@ def _run_stop(args: argparse.Namespace) -> int:
     )  # fmt: skip
     note = _prior_only_note(run)
     if args.json:
-        print(json.dumps(dict(decision.to_dict(), prior_only=bool(note)), indent=2))
+        print(json.dumps(dict(decision.to_dict(), prior_only=bool(note), metric=run.metric, direction=run.direction), indent=2))
     else:
+        if run.metric != "reward":
+            minus = "-" if run.direction == "minimize" else ""
+            print(f"deciding on {minus}{run.metric}" + (" (negated: lower is better, so a fall is a gain)" if minus else ""))
         print(decision.explain() + (f" ({note})" if note else ""))
     return EXIT_OK
 
@@ -556,6 +670,7 @@ def _add_rank_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--plot", metavar="FILE", help="also draw every run's fan on one figure, to FILE (.png, .pdf or .svg)")
     parser.add_argument("--seed", type=_non_negative_int, default=0, help="random seed of the forecasts and joint draws (default 0)")
     _add_run_metadata_args(parser)
+    _add_metric_args(parser)
 
 
 def _expand_patterns(patterns: Sequence[str]) -> list[str]:
@@ -580,7 +695,7 @@ def _expand_patterns(patterns: Sequence[str]) -> list[str]:
 
 def _read_sweep(args: argparse.Namespace) -> list[RunLog]:
     """The runs named by ``args.logs`` (cut at ``--at``, with ``--reward-range`` applied), each with a reward scale to forecast on."""
-    runs = list(_load_runs(_expand_patterns(args.logs), args.encoding))
+    runs = list(_load_runs(_expand_patterns(args.logs), args.encoding, **_metric(args)))
     reward_range = _reward_range(args)
     if reward_range is not None:
         runs = [run.with_meta(reward_range=reward_range) for run in runs]

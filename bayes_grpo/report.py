@@ -195,6 +195,52 @@ def _forecast_section(model: FittedModel, shown: Sequence[RunLog], progress: boo
     ]
 
 
+def component_panel(model: FittedModel, run: RunLog, fraction: float = 0.3) -> tuple[Figure, pd.DataFrame]:
+    """Each reward function of ``run`` forecast from ``fraction`` of its planned steps: small fans and a table.
+
+    The table has one row per function: its level at the cut, the forecast final value
+    with its 90% interval, the truth, and whether it has saturated (and why).
+    """
+    from matplotlib.figure import Figure
+
+    from bayes_grpo.components import forecast_components, plot_components
+
+    head = cut(run, fraction, horizon(run))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        components = forecast_components(model, head, total_steps=horizon(run))
+    columns = min(4, max(1, len(components)))
+    figure = Figure(figsize=(2.8 * columns, 2.4 * -(-len(components) // columns)), layout="constrained")
+    plot_components(components, figure, truth=run)
+    rows = []
+    for c in components:
+        lo, hi = c.forecast.final.interval(0.9)
+        rows.append({
+            "function": c.name, f"at step {head.last_step}": final_reward(head.signal(f"rewards/{c.name}/mean")),
+            "forecast final": c.forecast.final.mean, "90% interval": f"{lo:.3g} to {hi:.3g}",
+            "truth": final_reward(run.signal(f"rewards/{c.name}/mean")), "saturated": c.reason or "no",
+        })  # fmt: skip
+    return figure, pd.DataFrame(rows)
+
+
+def _components_section(model: FittedModel, runs: Sequence[RunLog]) -> list[str]:
+    from bayes_grpo.components import reward_functions
+
+    run = next((r for r in runs if len(reward_functions(r)) >= 2), None)
+    if run is None:
+        return [_note("None of these runs logs per-function rewards (rewards/&lt;fn&gt;/mean), so there is no component view.")]
+    figure, table = component_panel(model, run)
+    return [
+        f"<p>Run <code>{html.escape(run.run_id)}</code>: each reward function's mean forecast as a run of its own from "
+        "30% of the planned steps (black), with the rest of the run (grey). A function counts as saturated when its "
+        "within-step spread has fallen to 5% of its peak (its groups' completions all score alike, so GRPO gets no "
+        f"gradient from it) or when the stop rule finds its curve on a plateau (P &ge; {STOP_THRESHOLD:g}). The model "
+        "was fitted on summed rewards; benchmarks/results/components.md measures how well it forecasts single functions.</p>",
+        _img(figure, "reward function forecasts"),
+        _table(table, index=False),
+    ]
+
+
 def stop_curve(model: FittedModel, run: RunLog, n_points: int = 12) -> pd.DataFrame:
     """Stop probability of ``run`` at ``n_points`` steps through its log: columns step, probability."""
     first = int(run.steps[min(4, len(run) - 1)])
@@ -522,8 +568,9 @@ def write_report(
 
     Sections: data, sampler diagnostics, posterior predictive checks, LOO
     comparison of curve forms, population and family effects, forecast fan
-    charts from 20/30/50% of the planned steps, stop probability through
-    training, and the precomputed ``results``. Nothing is fitted and no file is
+    charts from 20/30/50% of the planned steps, each reward function's forecast
+    (the first run that logs two or more, from 30% of its steps), stop
+    probability through training, and the precomputed ``results``. Nothing is fitted and no file is
     read: the report renders what it is given.
 
     Parameters
@@ -576,6 +623,7 @@ def write_report(
         ("loo", "LOO comparison of curve forms", lambda: _loo_section(model, comparison, quick)),
         ("effects", "Population effects", lambda: _effects_section(model)),
         ("forecasts", "Forecasts from 20%, 30% and 50% of the steps", lambda: _forecast_section(model, shown, progress)),
+        ("components", "Reward functions", lambda: _components_section(model, runs)),
         ("stopping", "Stop probability across training", lambda: _stop_section(model, shown, progress)),
         ("benchmarks", "Benchmarks", lambda: _results_section(results)),
     ]

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import base64
+import json
 import math
+import re
 import subprocess
 import sys
 import warnings
@@ -283,3 +285,41 @@ def test_an_encoding_error_names_the_encoding_flag(tmp_path, capsys):
         parser = argparse.ArgumentParser()
         COMMANDS[command][0](parser.add_subparsers())
         assert any("--encoding" in action.option_strings for sub in parser._subparsers._group_actions[0].choices.values() for action in sub._actions), command
+
+
+# ------------------------------------------------------------------ --metric and the metrics a log has
+
+
+def test_inspect_lists_metrics_with_their_logging_frequency_and_grpo_signals(capsys, tmp_path):
+    history = [{"step": s, "reward": 0.01 * s, "reward_std": 0.3, "rewards/acc/mean": 0.01 * s, "rewards/acc/std": 0.2} for s in range(1, 501)]
+    history += [{"step": s, "eval_accuracy": 0.001 * s} for s in range(50, 501, 50)]
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "trainer_state.json").write_text(json.dumps({"max_steps": 500, "log_history": history}))
+    assert main(["inspect", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "reward functions         acc (means and stds)" in out
+    assert "GRPO signals             reward_std\n" in out and "GRPO signals missing     frac_reward_zero_std, " in out
+    assert "  eval_accuracy     every 50 steps, 10 values" in out and "  rewards/acc/std   every step, 500 values" in out
+    assert main(["inspect", str(tmp_path / "out"), "--metric", "eval/accuracy"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^metric +eval_accuracy\nsource", out, re.M) and re.search(r"^steps logged +10$", out, re.M)
+
+
+@pytest.mark.parametrize("command", ["inspect", "forecast", "stop"])
+def test_unknown_metric_is_one_line_listing_the_metrics(capsys, command):
+    log = FIXTURES / "trl_tiny"
+    assert main([command, str(log), "--metric", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no metric 'nope' in the log; it has: " in err
+    assert "rewards/digit_reward/mean" in err and "frac_reward_zero_std" in err
+
+
+def test_rank_unknown_metric_exits_2(capsys):
+    log = FIXTURES / "trl_tiny"
+    assert main(["rank", str(log), str(log / "console.log"), "--metric", "nope"]) == 2
+    assert "no metric 'nope'" in capsys.readouterr().err
+
+
+def test_components_with_another_metric_is_refused_before_the_model(capsys):
+    assert main(["forecast", str(FIXTURES / "unsloth_progress.txt"), "--components", "--metric", "kl", "--total-steps", "50"]) == 2
+    assert "--components forecasts the reward functions" in capsys.readouterr().err

@@ -214,7 +214,11 @@ def read_runs(
 
 
 def load_runs(
-    path: str | os.PathLike | Iterable[str | os.PathLike] | None = None, *, encoding: str | None = None
+    path: str | os.PathLike | Iterable[str | os.PathLike] | None = None,
+    *,
+    encoding: str | None = None,
+    metric: str = "reward",
+    direction: str = "maximize",
 ) -> RunSet:
     """Read every log in a folder, a file or a list of paths into a :class:`RunSet`.
 
@@ -232,6 +236,8 @@ def load_runs(
         the ``BAYES_GRPO_DATA`` environment variable when it is set.
     encoding : str, optional
         Text encoding of the files; default UTF-8.
+    metric, direction : str
+        The metric each run forecasts and whether lower is better (see :func:`read_log`).
 
     Returns
     -------
@@ -265,7 +271,7 @@ def load_runs(
         paths = [Path(p) for p in path]
     if not paths:
         raise LogError(f"{path}: no logs found (looked for {', '.join(LOG_SUFFIXES)} files and TRL output folders)")
-    return RunSet(run for p in paths for run in read_runs(p, encoding=encoding))
+    return RunSet(run for p in paths for run in read_runs(p, encoding=encoding, metric=metric, direction=direction))
 
 
 def _given(family: str | None, params_b: float | None, total_steps: int | None, reward_range: tuple | None) -> dict:

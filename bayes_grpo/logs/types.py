@@ -275,6 +275,61 @@ class RunLog:
             return np.full(len(self), np.nan)
         raise LogError(f"run {self.run_id!r}: no signal {name!r} in the log; it has: {', '.join(self.signals)}")
 
+    def with_metric(self, name: str, direction: str = "maximize", reward_range: tuple[float, float] | None = None) -> RunLog:
+        """The same run forecasting another logged signal: its steps where ``name`` was logged, ``reward`` = its values.
+
+        As ``read_log(..., metric=name, direction=direction)`` would give from the file:
+        the summed reward's ``reward_range`` and ``initial_reward`` are dropped (give the
+        metric's range in its own units), and a minimised metric is negated.
+
+        Parameters
+        ----------
+        name : str
+            A signal of :attr:`signals`, under any of its names.
+        direction : str
+            ``"maximize"`` or ``"minimize"``.
+        reward_range : tuple of float, optional
+            (min, max) the metric can reach, in its own units.
+
+        Returns
+        -------
+        RunLog
+            A new run; this one is unchanged.
+
+        Raises
+        ------
+        LogError
+            When the log does not hold ``name`` or it has no finite value.
+
+        Example
+        -------
+        >>> run.with_metric("rewards/correctness/mean", reward_range=(0, 1)).rewards[:3]  # doctest: +SKIP
+        array([0.03, 0.02, 0.05])
+        """
+        canonical = normalise_column(name)
+        if canonical not in self.signals:
+            raise LogError(f"run {self.run_id!r}: no metric {name!r} in the log; it has: {', '.join(self.signals)}")
+        if direction not in ("maximize", "minimize"):
+            raise LogError(f"direction={direction!r}: give one of 'maximize', 'minimize'")
+        values = self.signal(canonical)
+        logged = np.isfinite(values)
+        if not logged.any():
+            raise LogError(f"run {self.run_id!r}: metric {canonical!r} has no finite values; nothing to forecast from")
+        sign = -1.0 if direction == "minimize" else 1.0
+        table = self.table.loc[logged].drop(columns="reward").reset_index(drop=True)
+        table.insert(1, "reward", sign * values[logged])
+        extra = {**self.meta.extra, "metric": canonical, "direction": direction}
+        if reward_range is not None and direction == "minimize":
+            reward_range = (-float(reward_range[1]), -float(reward_range[0]))
+        provenance = {k: v for k, v in self.meta.provenance.items() if k not in ("reward_range", "initial_reward")}
+        if reward_range is not None:
+            provenance["reward_range"] = "argument"
+        meta = dataclasses.replace(
+            self.meta, reward_range=None if reward_range is None else tuple(map(float, reward_range)),
+            initial_reward=None, extra=extra, provenance=provenance,
+        )  # fmt: skip
+        return RunLog(self.run_id, table, meta)
+
     @property
     def family(self) -> str | None:
         """Model family (``meta.family``)."""
