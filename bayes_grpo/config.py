@@ -50,6 +50,9 @@ class PriorConfig:
         HalfNormal scale of the kind's per-run asinh-gain spread.
     gain_size_scale, gain_init_scale : float
         Normal scales of the size and initial-reward effects on gain (in units of ``gain_sd``).
+    gain_signal_scale, tau_signal_scale : float
+        Normal scales of the learning signal's effects (per scale kind) on gain (in units of
+        ``gain_sd``) and on log timescale (:func:`bayes_grpo.prepare.learning_signal`).
     fam_gain_sd_scale, fam_tau_sd_scale : float
         HalfNormal scales of the family spreads of gain and log timescale.
     src_gain_sd_scale, src_tau_sd_scale : float
@@ -91,6 +94,8 @@ class PriorConfig:
     gain_sd_scale: tuple[float, float] = (0.3, 0.5)
     gain_size_scale: float = 0.5
     gain_init_scale: float = 1.0
+    gain_signal_scale: float = 0.5
+    tau_signal_scale: float = 0.5
     fam_gain_sd_scale: float = 0.5
     src_gain_sd_scale: float = 0.5
     tau_mu_loc: float = math.log(0.3)
@@ -172,6 +177,10 @@ class ModelConfig:
         are not counted as independent draws and a run from a new source gets the spread
         between sources. Off by default: on the shared runs it changed no forecast figure
         beyond noise and made the 201-run fit mix worse (``benchmarks/calibration.py``).
+    learning_signal : bool
+        Let GRPO's learning signal (the relative spread of the completions' rewards early in
+        the run, :func:`bayes_grpo.prepare.learning_signal`) shift a run's gain and timescale
+        (default on, model 3.0; ``benchmarks/results/signal_ablation.md`` measures it on and off).
     priors : PriorConfig
         Scales and centres of the population-level priors.
 
@@ -198,6 +207,7 @@ class ModelConfig:
     parameterisation: str = "auto"
     gain_at: str = "plan_end"
     source_level: bool = False
+    learning_signal: bool = True
     priors: PriorConfig = field(default_factory=PriorConfig)
 
     def __post_init__(self) -> None:

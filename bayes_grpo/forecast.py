@@ -222,6 +222,9 @@ class Forecast:
         :attr:`caveats` says so.
     seed : int
         Seed of the forecast; also fixes the logging noise drawn by :meth:`window_reward`.
+    uses_signal : bool
+        Whether the model reads GRPO's learning signal (``reward_std``, model 3.0; see
+        :func:`bayes_grpo.prepare.learning_signal`), so that a log without it is worth a caveat.
 
     Example
     -------
@@ -248,16 +251,31 @@ class Forecast:
     trend_weight: float = 0.0
     outside_population: float = 0.0
     seed: int = 0
+    uses_signal: bool = False
 
     @property
     def caveats(self) -> list[str]:
         """Plain-language warnings about this forecast (empty when there are none).
 
-        A run outside what the population has seen (:attr:`outside_population` above
-        :data:`OUTSIDE_POPULATION_WARN`), and importance weights that stayed unreliable
-        (Pareto k-hat above :data:`PARETO_K_MAX`).
+        A run whose latest steps gave GRPO no learning signal (every group's completions
+        scored the same: :attr:`~bayes_grpo.prepare.PreparedRun.signal_exhausted`), a log
+        without the GRPO signals the model reads, a run outside what the population has
+        seen (:attr:`outside_population` above :data:`OUTSIDE_POPULATION_WARN`), and
+        importance weights that stayed unreliable (Pareto k-hat above :data:`PARETO_K_MAX`).
         """
         notes = []
+        prepared = self.prepared
+        if prepared.signal_exhausted:
+            notes.append(
+                "GRPO has no learning signal left: over the last logged steps the completions of each group scored the same "
+                "(reward_std 0 or frac_reward_zero_std 1), so this reward gives the policy no gradient and will not rise by itself"
+            )
+        missing = [name for name, value in (("reward_std", prepared.signal), ("frac_reward_zero_std", prepared.recent_zero_share)) if not np.isfinite(value)]
+        if self.uses_signal and prepared.steps.size and "reward_std" in missing:
+            notes.append(
+                f"the log has no {' or '.join(missing)} early in the run: the forecast cannot read how much the completions of a "
+                "group still disagree (GRPO's learning signal) and is as wide as for a run whose signal is unknown"
+            )
         if self.outside_population > OUTSIDE_POPULATION_WARN:
             notes.append(
                 f"the logged steps lie outside what the fitted runs have shown (probability {self.outside_population:.2f}): "
@@ -926,6 +944,7 @@ def forecast(
         trend_weight=trend,
         outside_population=conditioned.outside_population,
         seed=seed,
+        uses_signal="gain_signal" in model.population_arrays(),
     )
 
 

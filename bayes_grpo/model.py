@@ -420,6 +420,14 @@ def load_model(path: str | os.PathLike) -> FittedModel:
     population = _with_kind_means(posterior[[v for v in POPULATION_VARS if v in posterior]].load())
     full = any(v in posterior for v in _PER_RUN_VARS)
     diagnostics = json.loads(attrs["diagnostics"])
+    fitted_on = json.loads(attrs["fitted_on"])
+    fitted_version = str(fitted_on.get("model_version", "2"))
+    if fitted_version.split(".")[0] != MODEL_VERSION.split(".")[0]:
+        raise ModelError(
+            f"{file}: fitted with model {fitted_version}; this bayes_grpo {__version__} forecasts with model {MODEL_VERSION} "
+            "(which reads GRPO's learning signal, reward_std); refit it on your runs with bg.fit(runs).save(path) or "
+            "'bayes-grpo fit RUNS --out FILE', or use bg.default_model()"
+        )
     # Settings a file written before they existed was fitted without (their old behaviour).
     stored = {"gain_at": "asymptote", "drift_df": None} | json.loads(attrs["model_config"])
     stored["priors"] = {"spread_prior": "halfnormal", "fixed_start_sd": [None, None]} | stored.get("priors", {})
@@ -428,7 +436,7 @@ def load_model(path: str | os.PathLike) -> FittedModel:
         model_config=ModelConfig.from_dict(stored),
         sampler_config=SamplerConfig.from_dict(json.loads(attrs["sampler_config"])),
         size_centres=list(json.loads(attrs["size_centres"])),
-        fitted_on=json.loads(attrs["fitted_on"]),
+        fitted_on=fitted_on,
         idata=idata if full else None,
         diagnostics=FitDiagnostics(**diagnostics) if diagnostics else None,
     )

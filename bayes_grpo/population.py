@@ -7,10 +7,12 @@ five parameters ``theta = (r0, asinh_gain, log_tau, log_beta, log_sigma)`` are
 Normal given the population, with means depending on the scale kind ``k``
 (declared range or learned unit), the family ``f`` and, optionally, the source ``s``
 (repository / recipe / task; both partially pooled), the centred log10 size
-``x`` and the centred initial reward ``i``::
+``x``, the centred initial reward ``i`` and GRPO's standardised learning signal ``g``
+(the relative spread of the completions' rewards early in the run,
+:func:`bayes_grpo.prepare.learning_signal`)::
 
-    asinh_gain ~ Normal(gain_mu[k] + gain_sd[k] (fam_gain[f] + src_gain[s] + gain_size x + gain_init i), gain_sd[k])
-    log_tau    ~ Normal(tau_mu[k] + fam_tau[f] + src_tau[s] + tau_size x + tau_init i, tau_sd[k])
+    asinh_gain ~ Normal(gain_mu[k] + gain_sd[k] (fam_gain[f] + src_gain[s] + gain_size x + gain_init i + gain_signal[k] g), gain_sd[k])
+    log_tau    ~ Normal(tau_mu[k] + fam_tau[f] + src_tau[s] + tau_size x + tau_init i + tau_signal[k] g, tau_sd[k])
     log_beta   ~ Normal(beta_mu[k], beta_sd[k])       (beta = 1 for forms without beta)
     r0         ~ Normal(start_r, r0_sd[k])
     log_sigma  ~ Normal(sig_mu[k], sig_sd[k])
@@ -24,7 +26,9 @@ with the family spread added to the scale; the same holds for sources, so a run
 from a new source gets the spread between sources on top of the spread within
 one (runs of one source share task, reward scale and recipe, so they are not
 independent draws from the population; the source level is optional,
-``ModelConfig.source_level``, and without it ``src = 0``). The sinh keeps small gains
+``ModelConfig.source_level``, and without it ``src = 0``). A log without ``reward_std``
+gets ``g = 0`` with the signal's effect marginalised (``g`` is standardised, so its
+coefficients' squares are added to the variances). The sinh keeps small gains
 near-Normal while giving the heavy right tail of real runs; a gain by the end of
 the plan near zero is how the model says "no take-off".
 
@@ -73,8 +77,9 @@ from bayes_grpo.prepare import SCALE_KINDS, PreparedRun, bin_observations, centr
 #: 2: total gain; 2.1: gain by the end of the plan; 2.2: a declared start has a fixed spread;
 #: 2.3: timescale and shape (mean and spread) per scale kind, an optional source level;
 #: 2.4: the curve relative to the plan end without a floor on F(1) (:func:`expected_reward`);
-#: 2.5: zero-avoiding Gamma(2) priors on the population spreads and a fixed learned-scale start spread.
-MODEL_VERSION = "2.5"
+#: 2.5: zero-avoiding Gamma(2) priors on the population spreads and a fixed learned-scale start spread;
+#: 3.0: GRPO's learning signal (``reward_std``) as a covariate of gain and timescale, per scale kind.
+MODEL_VERSION = "3.0"
 #: Per-run parameters, in the unconstrained space the forecast samples.
 PARAMS = ("r0", "asinh_gain", "log_tau", "log_beta", "log_sigma")
 #: Name of each parameter's standard-normal offset in the non-centred PyMC model.
@@ -83,7 +88,7 @@ OFFSETS = {"r0": "e_r0", "asinh_gain": "e_gain", "log_tau": "e_tau", "log_beta":
 SHEARED_GAIN = "asinh_end_rise"
 #: Population-level variables kept in a fitted model (the per-run ones are not).
 POPULATION_VARS = (
-    "gain_mu", "gain_sd", "gain_size", "gain_init", "fam_gain", "fam_gain_sd", "src_gain", "src_gain_sd",
+    "gain_mu", "gain_sd", "gain_size", "gain_init", "gain_signal", "tau_signal", "fam_gain", "fam_gain_sd", "src_gain", "src_gain_sd",
     "tau_mu", "tau_sd", "tau_size", "tau_init", "fam_tau", "fam_tau_sd", "src_tau", "src_tau_sd",
     "beta_mu", "beta_sd", "r0_sd", "sig_mu", "sig_sd",
 )
@@ -128,7 +133,8 @@ class Covariates:
     has not seen (in the fit as at forecast time); ``source`` likewise the fitted sources;
     ``size`` is the centred log10 size, ``init`` the centred initial reward,
     ``start`` the prior centre of ``r0`` and ``declared`` 1 when the run declares its
-    initial reward (then ``start`` is it), else 0.
+    initial reward (then ``start`` is it), else 0; ``signal`` the standardised learning
+    signal (0 where unknown) and ``signal_known`` 1 where the log has it, else 0.
     """
 
     kind: Any
@@ -138,6 +144,8 @@ class Covariates:
     init: Any
     start: Any
     declared: Any
+    signal: Any = 0.0
+    signal_known: Any = 0.0
 
 
 def covariates(prepared: PreparedRun, centres: Sequence[float], families: Sequence[str], sources: Sequence[str] = ()) -> Covariates:
@@ -150,6 +158,8 @@ def covariates(prepared: PreparedRun, centres: Sequence[float], families: Sequen
         init=prepared.initial_cov,
         start=start_level(prepared),
         declared=float(prepared.declares_start),
+        signal=prepared.signal if prepared.has_signal else 0.0,
+        signal_known=float(prepared.has_signal),
     )
 
 
@@ -181,6 +191,9 @@ def population_priors(config: ModelConfig) -> dict[str, Any]:
         "fam_gain_sd": spread("fam_gain_sd", p.fam_gain_sd_scale),
     }
     pop["fam_gain"] = pm.Deterministic("fam_gain", pop["fam_gain_sd"] * pm.Normal("fam_gain_raw", 0, 1, dims="family"), dims="family")
+    if config.learning_signal:
+        pop["gain_signal"] = pm.Normal("gain_signal", 0.0, p.gain_signal_scale, dims="kind")
+        pop["tau_signal"] = pm.Normal("tau_signal", 0.0, p.tau_signal_scale, dims="kind")
     pop["tau_mu"] = pm.Normal("tau_mu", p.tau_mu_loc, p.tau_mu_scale, dims="kind")
     pop["tau_sd"] = spread("tau_sd", p.tau_sd_scale, dims="kind")
     pop["tau_size"] = pm.Normal("tau_size", 0.0, p.tau_size_scale)
@@ -241,8 +254,9 @@ def run_prior(
     # (index -1) with effect 0 and its spread added to the scale (its effect marginalised).
     fam_gain, fam_gain_var, fam_tau, fam_tau_var = _level_effects(pop, "fam", cov.family)
     src_gain, src_gain_var, src_tau, src_tau_var = _level_effects(pop, "src", cov.source)
-    gain_sd = pop["gain_sd"][k] * xp.sqrt(1.0 + fam_gain_var + src_gain_var)
-    tau_sd = xp.sqrt(pop["tau_sd"][k] ** 2 + fam_tau_var + src_tau_var)
+    sig_gain, sig_gain_var, sig_tau, sig_tau_var = _signal_effects(pop, cov, k)
+    gain_sd = pop["gain_sd"][k] * xp.sqrt(1.0 + fam_gain_var + src_gain_var + sig_gain_var)
+    tau_sd = xp.sqrt(pop["tau_sd"][k] ** 2 + fam_tau_var + src_tau_var + sig_tau_var)
     has_beta = get_form(config.form).has_beta
     # A declared initial reward fixes the start's spread: the population spread r0_sd is
     # learned from runs whose start is read from their rewards. (Learning it from declared
@@ -251,8 +265,8 @@ def run_prior(
     r0_sd = pop["r0_sd"][k] * (1.0 - cov.declared) + declared_sd * cov.declared
     loc = {
         "r0": cov.start,
-        "asinh_gain": pop["gain_mu"][k] + pop["gain_sd"][k] * (fam_gain + src_gain + pop["gain_size"] * cov.size + pop["gain_init"] * cov.init),
-        "log_tau": pop["tau_mu"][k] + fam_tau + src_tau + pop["tau_size"] * cov.size + pop["tau_init"] * cov.init,
+        "asinh_gain": pop["gain_mu"][k] + pop["gain_sd"][k] * (fam_gain + src_gain + pop["gain_size"] * cov.size + pop["gain_init"] * cov.init + sig_gain),
+        "log_tau": pop["tau_mu"][k] + fam_tau + src_tau + pop["tau_size"] * cov.size + pop["tau_init"] * cov.init + sig_tau,
         "log_beta": pop["beta_mu"][k] if has_beta else 0.0,
         "log_sigma": pop["sig_mu"][k],
     }
@@ -284,6 +298,20 @@ def _level_effects(pop: Mapping[str, Any], level: str, index: Any) -> tuple[Any,
         pop[f"{level}_tau"][seen] * known,
         unseen * pop[f"{level}_tau_sd"] ** 2,
     )
+
+
+def _signal_effects(pop: Mapping[str, Any], cov: Covariates, k: Any) -> tuple[Any, Any, Any, Any]:
+    """Gain (in ``gain_sd`` units) and log-timescale effects of the learning signal, and the variances added where it is unknown.
+
+    A log without ``reward_std`` has its (standardised) signal marginalised: no shift, and the
+    coefficient's square added to the variance. A population fitted without the signal
+    (``ModelConfig.learning_signal`` off, or before model 3.0) has no coefficients and adds nothing.
+    """
+    if "gain_signal" not in pop:
+        return 0.0, 0.0, 0.0, 0.0
+    unknown = 1.0 - cov.signal_known
+    gain, tau = pop["gain_signal"][k], pop["tau_signal"][k]
+    return gain * cov.signal, unknown * gain**2, tau * cov.signal, unknown * tau**2
 
 
 def natural(theta: Mapping[str, Any], config: ModelConfig, xp: Any = np) -> dict[str, Any]:
@@ -585,6 +613,8 @@ def build_model(prepared: list[PreparedRun], config: ModelConfig | None = None, 
             init=pm.Data("initial_cov", np.array([p.initial_cov for p in prepared]), dims="run"),
             start=pm.Data("start", np.array([start_level(p) for p in prepared]), dims="run"),
             declared=np.array([float(p.declares_start) for p in prepared]),
+            signal=pm.Data("signal", np.array([p.signal if p.has_signal else 0.0 for p in prepared]), dims="run"),
+            signal_known=np.array([float(p.has_signal) for p in prepared]),
         )
         loc, scale = run_prior(population_priors(config), cov, config, xp=pt)
         has_beta = get_form(config.form).has_beta

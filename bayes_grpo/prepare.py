@@ -15,6 +15,21 @@ The model works on *normalised progress* ``t = step / total_steps`` and on a
 
 Both are computed only from the steps a run has logged so far, so a run in
 progress is normalised exactly as it will be at forecast time.
+
+GRPO's learning signal
+----------------------
+GRPO normalises each completion's reward within its group, so a group whose
+completions all score the same gives no gradient: the spread of the completions'
+rewards (``reward_std``, logged by TRL and Unsloth at every step) is the raw
+material of learning. :func:`learning_signal` reads it as a covariate of the run's
+future: the mean ``reward_std`` over the last :data:`SIGNAL_POINTS` logged steps up to
+:data:`SIGNAL_PROGRESS` of the plan, relative to the learned unit of the rewards up to
+there, on a log scale. It is a yardstick of how far the mean reward can still move
+against how far it has moved: a run whose completions still disagree a lot while its
+mean has barely moved has most of its rise ahead (on the 92 shared runs it correlates
+0.4-0.5 with what the reward-only model missed after the cut, and about 0 with the
+head's noise-to-spread ratio). Being read at a fixed share of the plan, it means the
+same thing in the fit (whole runs) as at forecast time (any cut from that share on).
 """
 
 from __future__ import annotations
@@ -28,6 +43,18 @@ from bayes_grpo.logs import RunLog
 from bayes_grpo.measures import reward_spread
 
 SCALE_KINDS: tuple[str, ...] = ("range", "learned")
+#: The learning signal is read up to this share of the plan (or the steps logged, when fewer) ...
+SIGNAL_PROGRESS = 0.2
+#: ... over this many logged steps before that point.
+SIGNAL_POINTS = 10
+#: Log relative spread that the covariate is centred on and its unit (about the median and SD
+#: over the bundled and the shared runs), and the range it is clipped to, in those units.
+SIGNAL_CENTRE, SIGNAL_SCALE, SIGNAL_CLIP = -0.3, 1.0, 3.0
+#: A run's latest completions carry no learning signal when the mean ``reward_std`` of its last
+#: :data:`SIGNAL_POINTS` logged steps is at most this share of its reward unit, or the share of
+#: groups with no spread (``frac_reward_zero_std``) is at least :data:`NO_SIGNAL_ZERO_SHARE`.
+NO_SIGNAL_SPREAD = 1e-3
+NO_SIGNAL_ZERO_SHARE = 0.99
 # Initial reward (fraction of the range) that the population effects are centred on.
 INITIAL_REWARD_CENTRE = 0.3
 
@@ -49,6 +76,22 @@ class PreparedRun:
     t: np.ndarray
     z: np.ndarray
     initial_z: float | None
+    #: Standardised learning signal (:func:`learning_signal`); NaN when the log has no ``reward_std``.
+    signal: float = float("nan")
+    #: Mean ``reward_std`` and ``frac_reward_zero_std`` over the last logged steps (reward units; NaN when not logged).
+    recent_reward_std: float = float("nan")
+    recent_zero_share: float = float("nan")
+
+    @property
+    def has_signal(self) -> bool:
+        """Whether the log carries ``reward_std`` early enough to read the learning signal."""
+        return bool(np.isfinite(self.signal))
+
+    @property
+    def signal_exhausted(self) -> bool:
+        """Whether the latest steps gave GRPO no learning signal: every completion of a group scored the same."""
+        no_spread = np.isfinite(self.recent_reward_std) and self.recent_reward_std <= NO_SIGNAL_SPREAD * self.unit
+        return bool(no_spread or (np.isfinite(self.recent_zero_share) and self.recent_zero_share >= NO_SIGNAL_ZERO_SHARE))
 
     @property
     def kind_index(self) -> int:
@@ -123,6 +166,36 @@ def spread_scale(rewards: np.ndarray) -> float:
     return max(reward_spread(y), 2.0 * noise_scale(y))
 
 
+def learning_signal(steps: np.ndarray, rewards: np.ndarray, reward_std: np.ndarray | None, total_steps: int) -> float:
+    """Standardised log relative spread of the completions' rewards early in the run (module docstring).
+
+    ``log(mean reward_std / learned unit)`` over the logged steps up to :data:`SIGNAL_PROGRESS` of
+    ``total_steps`` (the last :data:`SIGNAL_POINTS` of them with a finite ``reward_std``; the unit is
+    :func:`spread_scale` of the rewards up to there), centred and scaled by :data:`SIGNAL_CENTRE` and
+    :data:`SIGNAL_SCALE` and clipped to +-:data:`SIGNAL_CLIP`. NaN when fewer than 3 such steps log a
+    ``reward_std``. A spread of exactly 0 (no group could learn) gives the lower clip.
+    """
+    if reward_std is None:
+        return float("nan")
+    steps, rewards, reward_std = (np.asarray(a, dtype=float) for a in (steps, rewards, reward_std))
+    early = steps <= max(SIGNAL_PROGRESS * total_steps, steps[0] if steps.size else 0.0)
+    spreads = reward_std[early]
+    spreads = spreads[np.isfinite(spreads)][-SIGNAL_POINTS:]
+    if spreads.size < 3:
+        return float("nan")
+    relative = max(float(np.mean(np.abs(spreads))), 1e-12) / spread_scale(rewards[early])
+    return float(np.clip((np.log(relative) - SIGNAL_CENTRE) / SIGNAL_SCALE, -SIGNAL_CLIP, SIGNAL_CLIP))
+
+
+def _recent_mean(values: np.ndarray | None) -> float:
+    """Mean of the last :data:`SIGNAL_POINTS` finite values of a logged signal; NaN when there are none."""
+    if values is None:
+        return float("nan")
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)][-SIGNAL_POINTS:]
+    return float(np.mean(values)) if values.size else float("nan")
+
+
 def prepare_run(
     run: RunLog | None = None,
     *,
@@ -186,6 +259,8 @@ def prepare_run(
     else:
         initial_cov = 0.0
     log10_size = float(np.log10(params_b)) if params_b and params_b > 0 else float("nan")
+    reward_std = run.reward_std if run is not None else None
+    zero_share = run.table["frac_reward_zero_std"].to_numpy(dtype=float) if run is not None and "frac_reward_zero_std" in run.table else None
     return PreparedRun(
         run_id=run_id,
         family=family.lower() if isinstance(family, str) else None,
@@ -200,6 +275,9 @@ def prepare_run(
         t=steps / total,
         z=(rewards - loc) / unit,
         initial_z=initial_z,
+        signal=learning_signal(steps, rewards, reward_std, total) if steps.size else float("nan"),
+        recent_reward_std=_recent_mean(reward_std),
+        recent_zero_share=_recent_mean(zero_share),
     )
 
 

@@ -23,7 +23,20 @@ right:
   (:attr:`Shape.dip` is where it lies);
 * ``flat``: a run that never learns, level 0.2 throughout;
 * ``staircase``: discrete jumps of 0.2 at 15, 35, 55 and 75% of the run, from
-  0.1 to 0.9, as game or pass/fail rewards make.
+  0.1 to 0.9, as game or pass/fail rewards make;
+* ``flat_signal``: flat at 0.2 while its completions still disagree (plentiful
+  learning signal), then a take-off centred at 75% to 0.8: a flat head that is
+  not a plateau;
+* ``flat_no_signal``: flat at 0.2, with no learning signal from 10% on (every
+  group's completions score the same): a finished run.
+
+**GRPO's signals.** Every run logs ``reward_std`` and ``frac_reward_zero_std`` as
+GRPO would (:func:`learning_signal`): a group can learn only while its completions
+score differently, and a run's rise comes from such groups, so the share of groups
+with spread follows the rise still ahead (high before and during a rise, falling
+as the run saturates, low on a plateau or a decline), and ``reward_std`` is that
+share times the spread of a mixed group (:data:`GROUP_SPREAD`, the mean within-group
+spread, as TRL before 0.27 logged it).
 
 **The suite** (:func:`cells`, :func:`score_cell`, :func:`summarise`,
 :func:`spec_checks`; run by ``benchmarks/shapes.py``) forecasts each shape at
@@ -58,12 +71,14 @@ import numpy as np
 import pandas as pd
 
 from bayes_grpo.logs import RunLog, RunMetadata
+from bayes_grpo.stopping import MIN_STOP_FRACTION
 
 if TYPE_CHECKING:
     from bayes_grpo.model import FittedModel
 
 __all__ = [
-    "CUTS", "LENGTHS", "NOISES", "SHAPES", "Cell", "Shape", "cells", "in_dip", "level", "make_run", "score_cell", "spec_checks", "summarise",
+    "CUTS", "LENGTHS", "NOISES", "SHAPES", "Cell", "Shape", "cells", "in_dip", "learning_signal", "level", "make_run", "score_cell",
+    "spec_checks", "summarise",
 ]  # fmt: skip
 
 #: Planned lengths (steps) each shape is generated at.
@@ -76,6 +91,13 @@ CUTS = (0.2, 0.3, 0.5, 0.7)
 DIP_DEPTH, DIP_CENTRE, DIP_WIDTH = 0.3, 0.45, 0.05
 #: The dip spans the progress where it is deeper than this share of its depth.
 DIP_EDGE = 0.1
+#: Reward spread of a group whose completions disagree (a 0-1 reward near 0.5: about 0.45).
+GROUP_SPREAD = 0.45
+#: Share of groups with spread when no rise is ahead (chance disagreements), and the rise still
+#: ahead (0-1 scale) at which every group has spread.
+IDLE_SHARE, FULL_SIGNAL_RISE = 0.05, 0.3
+#: ``flat_no_signal`` loses its last group with spread at this share of the plan.
+NO_SIGNAL_FROM = 0.1
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -152,6 +174,11 @@ SHAPES: dict[str, Shape] = {
             "staircase", "jumps of 0.2 at 15, 35, 55 and 75%, from 0.1 to 0.9",
             lambda t: 0.1 + 0.2 * np.searchsorted([0.15, 0.35, 0.55, 0.75], t, side="right"), rising=True,
         ),  # fmt: skip
+        Shape(
+            "flat_signal", "flat at 0.2 with plentiful learning signal, then a take-off centred at 75% to 0.8",
+            lambda t: 0.2 + 0.6 * _take_off(t, 0.75, 0.05), rising=True,
+        ),  # fmt: skip
+        Shape("flat_no_signal", f"flat at 0.2 with no learning signal from {NO_SIGNAL_FROM:.0%} on", lambda t: np.full_like(t, 0.2), rising=True),
     )
 }
 
@@ -192,6 +219,30 @@ def level(shape: str, progress: np.ndarray | float) -> np.ndarray:
     return np.asarray(_shape(shape).curve(t), dtype=float)
 
 
+def learning_signal(shape: str, progress: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
+    """The noiseless ``(reward_std, frac_reward_zero_std)`` GRPO would log for ``shape`` at ``progress``.
+
+    The share of groups whose completions disagree is :data:`IDLE_SHARE` plus the rise still
+    ahead (the best level to come minus the level now) over :data:`FULL_SIGNAL_RISE`, capped
+    at 1 (``flat_no_signal``: 0 from :data:`NO_SIGNAL_FROM` on); ``reward_std`` is that share
+    times :data:`GROUP_SPREAD` and ``frac_reward_zero_std`` the rest.
+
+    Example
+    -------
+    >>> std, zero = learning_signal("late_60", [0.3, 0.95])
+    >>> bool(std[0] > 0.4 > 0.1 > std[1])
+    True
+    """
+    t = np.atleast_1d(np.asarray(progress, dtype=float))
+    grid = np.linspace(0.0, 1.0, 1001)
+    best_ahead = np.maximum.accumulate(level(shape, grid)[::-1])[::-1]  # best level from each grid point to the end
+    rise_ahead = np.interp(t, grid, best_ahead) - level(shape, t)
+    share = np.clip(IDLE_SHARE + rise_ahead / FULL_SIGNAL_RISE, 0.0, 1.0)
+    if shape == "flat_no_signal":
+        share = np.where(t >= NO_SIGNAL_FROM, 0.0, IDLE_SHARE)
+    return GROUP_SPREAD * share, 1.0 - share
+
+
 def make_run(
     shape: str,
     total_steps: int = 250,
@@ -221,8 +272,10 @@ def make_run(
     Returns
     -------
     RunLog
-        ``run_id`` ``"<shape>-T<total_steps>-noise<noise>-seed<seed>"``; ``meta.extra``
-        holds ``shape``, ``noise`` and ``seed``.
+        ``run_id`` ``"<shape>-T<total_steps>-noise<noise>-seed<seed>"``, with ``reward``,
+        ``reward_std`` and ``frac_reward_zero_std`` per step (:func:`learning_signal`, with 10%
+        multiplicative noise on ``reward_std`` and 0.03 on the share; an exact 0 stays 0);
+        ``meta.extra`` holds ``shape``, ``noise`` and ``seed``.
 
     Raises
     ------
@@ -246,13 +299,17 @@ def make_run(
     rewards = level(spec.name, steps / total) + noise * rng.standard_normal(total)
     if reward_range is not None:
         rewards = np.clip(rewards, *reward_range)
+    spread, zero_share = learning_signal(spec.name, steps / total)
+    spread = spread * np.clip(1.0 + 0.1 * rng.standard_normal(total), 0.0, None)
+    zero_share = np.where(spread > 0, np.clip(zero_share + 0.03 * rng.standard_normal(total), 0.0, 1.0), 1.0)
     meta = RunMetadata(
         total_steps=total,
         reward_range=None if reward_range is None else (float(reward_range[0]), float(reward_range[1])),
         source=f"bayes_grpo.shapes: {spec.description}",
         extra={"shape": spec.name, "noise": float(noise), "seed": int(seed)},
     )
-    return RunLog(f"{spec.name}-T{total}-noise{noise:g}-seed{seed}", pd.DataFrame({"step": steps, "reward": rewards}), meta)
+    table = pd.DataFrame({"step": steps, "reward": rewards, "reward_std": spread, "frac_reward_zero_std": zero_share})
+    return RunLog(f"{spec.name}-T{total}-noise{noise:g}-seed{seed}", table, meta)
 
 
 def in_dip(shape: str, step: float, total_steps: int) -> bool:
@@ -280,7 +337,11 @@ SPEC_COVERAGE, SPEC_COVERAGE_CUTS = 0.85, (0.3, 0.5)
 #: Shapes still climbing at every cut, and the plateau weight no forecast of them may reach.
 SPEC_NO_PLATEAU, SPEC_PLATEAU_MAX = ("straight",), 0.5
 #: Shapes whose heads look like plateaus with a rise ahead: the weight given to that rise is reported.
-SPEC_RISE_AHEAD = ("late_40", "late_60", "two_stage")
+SPEC_RISE_AHEAD = ("late_40", "late_60", "two_stage", "flat_signal")
+#: The two flat heads told apart by their learning signal: at these cuts the one with plentiful signal must be
+#: forecast with a q95 at least this far (0-1 scale) above the one without, and never be stopped; the one
+#: without must be stopped at every cut from the stop rule's minimum fraction on.
+SPEC_FLAT_PAIR, SPEC_FLAT_CUTS, SPEC_FLAT_Q95_GAP = ("flat_signal", "flat_no_signal"), (0.3, 0.5), 0.05
 
 
 @dataclass(frozen=True)
@@ -349,8 +410,8 @@ def cells(
 
     Example
     -------
-    >>> len(cells())  # 10 shapes x 3 lengths x 2 noises x 3 seeds
-    180
+    >>> len(cells())  # 12 shapes x 3 lengths x 2 noises x 3 seeds
+    216
     """
     for name in shapes or ():
         _shape(name)
@@ -494,4 +555,15 @@ def spec_checks(scores: pd.DataFrame) -> pd.DataFrame:
     dip = scores[scores["shape"] == "dip"]
     if len(dip):
         add("stops inside the dip", "dip", None, len(dip), float(dip["stop_in_dip"].sum()), "0", not dip["stop_in_dip"].any())
+    live, idle = SPEC_FLAT_PAIR
+    for fraction in SPEC_FLAT_CUTS:
+        if (live, fraction) in summary.index and (idle, fraction) in summary.index:
+            at = scores[scores["fraction"] == fraction]
+            gap = float(at.loc[at["shape"] == live, "q95"].mean() - at.loc[at["shape"] == idle, "q95"].mean())
+            add("q95 above the flat head without signal", live, fraction, int((at["shape"] == live).sum()), gap, f">= {SPEC_FLAT_Q95_GAP:g}", gap >= SPEC_FLAT_Q95_GAP)
+            row = summary.loc[(live, fraction)]
+            add("stopped", live, fraction, int(row["forecasts"]), float(row["stopped"]), "0", row["stopped"] == 0)
+    for (name, fraction), row in summary.iterrows():
+        if name == idle and fraction >= MIN_STOP_FRACTION:
+            add("stopped", idle, fraction, int(row["forecasts"]), float(row["stopped"]), "1", row["stopped"] == 1.0)
     return pd.DataFrame(rows)

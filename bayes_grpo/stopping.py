@@ -41,6 +41,14 @@ draws, each at the same confidence ``threshold`` (default 0.99,
 :data:`MIN_STOP_FRACTION`, 30%: a run that is flat earlier is ambiguous, a
 take-off may still be ahead). A run at or past its planned end always stops.
 
+0. **Can GRPO still learn?** GRPO learns only from groups whose completions score
+   differently. A run whose last logged steps had no such group (``reward_std`` 0,
+   or ``frac_reward_zero_std`` 1: :attr:`~bayes_grpo.prepare.PreparedRun.signal_exhausted`)
+   gets no gradient from its reward, so it stops (``reason="no_signal"``) whatever
+   the curve says. Where the completions still disagree a lot (``reward_std`` at
+   least :data:`PLENTIFUL_SIGNAL` of the logged spread) and the run goes on, the
+   explanation says so: a flat stretch with plenty of signal is not a plateau.
+
 1. **Is the run still rising?** :func:`rise_probability` is the posterior
    probability that the curve's slope at the last logged step is materially
    positive: that the expected reward rises by more than ``tolerance * scale``
@@ -120,7 +128,7 @@ from bayes_grpo.prepare import noise_scale
 from bayes_grpo.settings import SMOOTHING_BANDWIDTH, STOP_THRESHOLD, STOP_TOLERANCE
 
 RelativeTo = Literal["spread", "range", "gain"]
-Reason = Literal["end", "early", "rising", "fall", "dip", "plateau", "gain", "value"]
+Reason = Literal["end", "early", "no_signal", "rising", "fall", "dip", "plateau", "gain", "value"]
 INTERVAL = (0.05, 0.95)
 #: Threshold mode: no stop before this share of the planned steps is logged.
 MIN_STOP_FRACTION = 0.3
@@ -132,7 +140,9 @@ DIP_SPREAD = 0.05
 #: The rise that counts as "still rising" is measured over this share of the planned steps ahead.
 RISE_WINDOW = SMOOTHING_BANDWIDTH
 #: The decisions that stop the run (the others keep it training).
-STOP_REASONS = frozenset({"end", "fall", "plateau", "value"})
+STOP_REASONS = frozenset({"end", "no_signal", "fall", "plateau", "value"})
+#: The explanation names the learning signal when the latest ``reward_std`` is at least this share of the logged spread.
+PLENTIFUL_SIGNAL = 0.5
 
 
 class Forecaster(Protocol):
@@ -161,7 +171,9 @@ class StopDecision:
         The decision.
     reason : str
         Why: ``"plateau"`` (no material gain left), ``"fall"`` (in a dip it is unlikely to
-        leave), ``"end"`` (the planned end is reached), ``"value"`` (decision-theoretic stop);
+        leave), ``"no_signal"`` (GRPO has no learning signal left: every group's completions
+        scored the same over the last logged steps), ``"end"`` (the planned end is reached),
+        ``"value"`` (decision-theoretic stop);
         or, to keep training, ``"gain"`` (gain still likely), ``"rising"`` (the curve still
         rises), ``"dip"`` (in a dip it may leave), ``"early"`` (before ``min_fraction``).
     compute_saved : float
@@ -182,6 +194,12 @@ class StopDecision:
     recovery_probability : float
         Posterior probability that the run gets back to its best so far before ``total_steps``
         (:func:`recovery_probability`; 1 when it is at its best now).
+    reward_std : float
+        Mean ``reward_std`` over the last logged steps (reward units; NaN when the log has none):
+        GRPO's learning signal, named in :meth:`explain` when it is at least :data:`PLENTIFUL_SIGNAL`
+        of ``logged_spread``, or when it is gone (``reason="no_signal"``).
+    logged_spread : float
+        The 10-90% spread of the rewards logged so far (:func:`bayes_grpo.measures.reward_spread`).
     value_of_gain, cost_of_rest : float or None
         Decision-theoretic mode: the two sides compared.
     optimal_stop_step : int or None
@@ -212,6 +230,8 @@ class StopDecision:
     declining: bool
     rise_probability: float
     recovery_probability: float
+    reward_std: float = float("nan")
+    logged_spread: float = float("nan")
     value_of_gain: float | None = None
     cost_of_rest: float | None = None
     optimal_stop_step: int | None = None
@@ -243,15 +263,25 @@ class StopDecision:
         )
         chance = f"{self.recovery_probability:.1%} chance of getting back there before step {self.total_steps}"
         but = " but" if self.probability >= self.threshold else " and"
+        signal = ""
+        if self.reason in ("gain", "rising") and self.reward_std >= PLENTIFUL_SIGNAL * self.logged_spread:
+            signal = (
+                f"; the completions still disagree (reward_std {self.reward_std:.3g} against a logged reward spread of "
+                f"{self.logged_spread:.3g}): GRPO still has a signal to learn from, so a flat stretch is not a plateau"
+            )
         why = {
             "end": "; the run has reached its planned end",
             "early": f"{but} not trusted yet: too early in the run",
             "rising": f"{but} the forecast says the run is still rising ({self.rise_probability:.0%} probability of a rise of more than the tolerance just ahead)",
             "dip": f"{but} the reward sits in a dip below its best (step {self.best_step}) with a {chance}: a dip is not a decline",
             "fall": f"; the reward peaked at step {self.best_step} and has fallen since, with only a {chance}: the decline persists",
+            "no_signal": (
+                "; GRPO has no learning signal left: over the last logged steps every group's completions scored the same "
+                f"(reward_std {self.reward_std:.3g}), so this reward gives the policy no gradient and will not rise by itself"
+            ),
             "plateau": "",
             "gain": "",
-        }[self.reason]
+        }[self.reason] + signal
         if self.reason == "fall":
             keep = "; keep that checkpoint"
         return f"{head}{why}{saves}{keep}."
@@ -563,6 +593,9 @@ class StopEvidence:
         Smoothed drop from that best to now, and its standard error (see :func:`peak`).
     recovery : float
         Posterior probability of getting back to that best before the planned end (:func:`recovery_probability`).
+    no_signal : bool
+        GRPO had no learning signal over the last logged steps
+        (:attr:`~bayes_grpo.prepare.PreparedRun.signal_exhausted`).
     """
 
     step: int
@@ -574,6 +607,7 @@ class StopEvidence:
     drop: float
     drop_se: float
     recovery: float
+    no_signal: bool = False
 
     def probability(self, tolerance: float, scale: float | None = None) -> float:
         """Share of draws whose remaining gain is below ``tolerance * scale`` (default scale: :attr:`spread`)."""
@@ -616,6 +650,7 @@ def stop_evidence(fc: Forecast) -> StopEvidence:
         drop=best.drop,
         drop_se=best.se,
         recovery=_recovery(fc, best),
+        no_signal=fc.prepared.signal_exhausted,
     )
 
 
@@ -630,7 +665,9 @@ def stop_reason(
     """Why the threshold mode stops or goes on at this check (see the module docstring).
 
     In order: ``"end"`` at or past the planned end; ``"early"`` before
-    ``min_fraction`` of it; ``"rising"`` while the probability of a material rise
+    ``min_fraction`` of it; ``"no_signal"`` when GRPO had no learning signal over the
+    last logged steps (no group's completions disagreed, so nothing can move the
+    reward); ``"rising"`` while the probability of a material rise
     just ahead exceeds ``1 - threshold``; in a dip, ``"fall"`` when the
     probability of getting back to the best is below ``1 - threshold``, else
     ``"dip"``; outside one, ``"plateau"`` when the probability that the remaining
@@ -655,6 +692,8 @@ def stop_reason(
         return "end"
     if evidence.step < min_fraction * evidence.total_steps:
         return "early"
+    if evidence.no_signal:
+        return "no_signal"
     doubt = round(1.0 - threshold, 12)  # 1 - 0.99 is 0.010000000000000009 in floating point: a share of exactly 1% is not below it
     if evidence.rise_probability(tolerance, scale) > doubt:
         return "rising"
@@ -783,6 +822,8 @@ def decision_from_forecast(
         declining=_declining(evidence.drop, evidence.drop_se, tolerance, evidence.spread),
         rise_probability=evidence.rise_probability(tolerance, scale),
         recovery_probability=evidence.recovery,
+        reward_std=fc.prepared.recent_reward_std,
+        logged_spread=evidence.spread,
         value_of_gain=value,
         cost_of_rest=cost,
         optimal_stop_step=optimal,

@@ -1,0 +1,140 @@
+"""Model 3.0: GRPO's learning signal (``reward_std``) read from the log, in the forecast, in the stop rule."""
+
+from __future__ import annotations
+
+import json
+
+import h5netcdf
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import bayes_grpo as bg
+from bayes_grpo import measures, shapes
+from bayes_grpo.population import MODEL_VERSION, covariates
+from bayes_grpo.prepare import SIGNAL_CLIP, learning_signal, prepare_run
+
+
+def _run(rewards: np.ndarray, spreads: np.ndarray | None, total: int = 200, zero_share: np.ndarray | None = None) -> bg.RunLog:
+    table = pd.DataFrame({"step": np.arange(1, rewards.size + 1), "reward": rewards})
+    if spreads is not None:
+        table["reward_std"] = spreads
+    if zero_share is not None:
+        table["frac_reward_zero_std"] = zero_share
+    return bg.RunLog("signal-run", table, bg.RunMetadata(total_steps=total))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    scale=st.floats(1e-3, 1e3),
+    offset=st.floats(-100.0, 100.0),
+    level=st.floats(0.01, 2.0),
+)
+def test_signal_is_the_same_in_any_reward_units(seed, scale, offset, level):
+    """The signal relates the completions' spread to the rewards' own spread: units and offsets cancel."""
+    rng = np.random.default_rng(seed)
+    rewards = 0.3 + 0.1 * rng.standard_normal(120)
+    spreads = level * (1.0 + 0.1 * rng.standard_normal(120)) ** 2
+    steps = np.arange(1, 121)
+    base = learning_signal(steps, rewards, spreads, 300)
+    moved = learning_signal(steps, scale * rewards + offset, scale * spreads, 300)
+    assert np.isfinite(base) and abs(base) <= SIGNAL_CLIP
+    assert moved == pytest.approx(base, abs=1e-6)
+
+
+def test_signal_reads_only_the_first_fifth_of_the_plan():
+    rng = np.random.default_rng(0)
+    rewards = 0.3 + 0.05 * rng.standard_normal(200)
+    early = np.full(200, 0.2)
+    late = early.copy()
+    late[40:] = 0.0  # what happens after 20% of a 200-step plan does not change the covariate
+    steps = np.arange(1, 201)
+    assert learning_signal(steps, rewards, early, 200) == learning_signal(steps, rewards, late, 200)
+    assert np.isnan(learning_signal(steps, rewards, None, 200))
+    assert np.isnan(learning_signal(steps, rewards, np.full(200, np.nan), 200))
+
+
+def test_more_spread_among_completions_is_more_signal():
+    rng = np.random.default_rng(1)
+    rewards = 0.3 + 0.05 * rng.standard_normal(100)
+    steps = np.arange(1, 101)
+    values = [learning_signal(steps, rewards, np.full(100, s), 100) for s in (0.0, 0.01, 0.1, 0.4)]
+    assert values == sorted(values) and values[0] == -SIGNAL_CLIP
+
+
+def test_a_log_without_reward_std_is_marginalised_and_said():
+    model = bg.default_model()
+    rng = np.random.default_rng(2)
+    rewards = 0.2 + 0.3 * (1 - np.exp(-np.arange(60) / 30)) + 0.02 * rng.standard_normal(60)
+    with_std = prepare_run(_run(rewards, np.full(60, 0.3)))
+    without = prepare_run(_run(rewards, None))
+    assert with_std.has_signal and not without.has_signal
+    cov = covariates(without, model.size_centres, model.families, model.sources)
+    assert cov.signal == 0.0 and cov.signal_known == 0.0
+    fc = model.forecast(_run(rewards, None), seed=0)
+    assert any("no reward_std" in note for note in fc.caveats)
+    assert not any("reward_std" in note for note in model.forecast(_run(rewards, np.full(60, 0.3)), seed=0).caveats)
+
+
+def test_flat_head_with_signal_has_a_higher_upper_quantile_than_without():
+    """The directional check of issue 36: one flat head, reward_std high versus near 0."""
+    model = bg.default_model()
+    rng = np.random.default_rng(3)
+    rewards = 0.2 + 0.03 * rng.standard_normal(90)
+    live = model.forecast(_run(rewards, np.full(90, 0.45), total=300), seed=0)
+    idle = model.forecast(_run(rewards, np.full(90, 0.002), total=300), seed=0)
+    assert live.final.quantile(0.95) > idle.final.quantile(0.95) + 0.02
+
+
+def test_a_run_without_learning_signal_is_stopped_and_told_why():
+    model = bg.default_model()
+    head = measures.cut(shapes.make_run("flat_no_signal", 250, 0.03, 0), 0.5)
+    fc = model.forecast(head, seed=0)
+    assert fc.prepared.signal_exhausted
+    assert any("no learning signal" in note for note in fc.caveats)
+    decision = model.stop_decision(head, seed=0)
+    assert decision.should_stop and decision.reason == "no_signal"
+    assert "no learning signal" in decision.explain() and decision.reward_std == 0.0
+    # Before the stop rule's minimum fraction it waits, as for every other reason.
+    assert model.stop_decision(measures.cut(shapes.make_run("flat_no_signal", 250, 0.03, 0), 0.2), seed=0).reason == "early"
+
+
+def test_zero_share_alone_marks_a_run_without_signal():
+    rewards = np.full(80, 0.4) + 0.01 * np.random.default_rng(4).standard_normal(80)
+    zero = np.ones(80)
+    run = _run(rewards, np.full(80, 0.3), zero_share=zero)  # a batch-wide spread (TRL 1.x) with no group spread
+    assert prepare_run(run).signal_exhausted
+    zero[-3:] = 0.5
+    assert not prepare_run(_run(rewards, np.full(80, 0.3), zero_share=zero)).signal_exhausted
+
+
+def test_plentiful_signal_is_named_when_the_run_goes_on():
+    model = bg.default_model()
+    head = measures.cut(shapes.make_run("flat_signal", 250, 0.03, 0), 0.3)
+    decision = model.stop_decision(head, seed=0)
+    assert not decision.should_stop
+    assert "not a plateau" in decision.explain() and "reward_std" in decision.explain()
+
+
+def test_shapes_log_grpo_signals_that_follow_the_rise_ahead():
+    std, zero = shapes.learning_signal("late_60", np.array([0.2, 0.5, 0.99]))
+    assert std[0] == pytest.approx(shapes.GROUP_SPREAD) and std[2] < 0.1 * shapes.GROUP_SPREAD
+    assert np.allclose(std / shapes.GROUP_SPREAD + zero, 1.0)
+    std, _ = shapes.learning_signal("rise_decline", np.array([0.7]))
+    assert std[0] == pytest.approx(shapes.GROUP_SPREAD * shapes.IDLE_SHARE)  # nothing better ahead: idle groups only
+    run = shapes.make_run("flat_no_signal", 100, 0.03, 0)
+    after = run.steps / 100 >= shapes.NO_SIGNAL_FROM
+    assert np.all(run.reward_std[after] == 0) and np.all(run.table["frac_reward_zero_std"].to_numpy()[after] == 1)
+
+
+def test_a_model_file_of_another_major_version_says_to_refit(tmp_path):
+    path = tmp_path / "old.nc"
+    bg.default_model().save(path)
+    with h5netcdf.File(path, "a") as handle:
+        fitted_on = json.loads(handle.attrs["fitted_on"])
+        handle.attrs["fitted_on"] = json.dumps({**fitted_on, "model_version": "2.5"})
+    with pytest.raises(bg.ModelError, match=rf"model 2\.5.*model {MODEL_VERSION}.*refit"):
+        bg.load_model(path)
