@@ -355,7 +355,6 @@ def _summary(run: RunLog) -> str:
         "family": meta.family,
         "params_b": meta.params_b,
         "total_steps": meta.total_steps,
-        "reward_std": run.reward_std,
         "reward_range": meta.reward_range,
         "initial_reward": meta.initial_reward,
     }

@@ -79,6 +79,18 @@ def figures() -> dict[str, str]:
         found[f"stopping.{key}.saved"] = f"{rules.loc[rule, 'mean_saved']:.1%}"
         found[f"stopping.{key}.bad_stops"] = f"{rules.loc[rule, 'share_regret_gt_0.05']:.1%}"
     found["stopping.oracle.saved"] = f"{rules.loc['hindsight oracle (regret <= 0.05)', 'mean_saved']:.1%}"
+    components = pd.read_csv(RESULTS / "components.csv")
+    for target, key in (("correctness function", "function"), ("summed reward", "summed")):
+        part = components[components["target"] == target].set_index("fraction").sort_index()
+        found[f"components.{key}.coverage_90"] = _join(f"{v:.2f}" for v in part["coverage_90"])
+        found[f"components.{key}.above_q95"] = _join(f"{v:.0%}" for v in part["above_q95"])
+        found[f"components.{key}.quantile_score"] = _join(f"{v:.3f}" for v in part["quantile_score"])
+        found[f"components.{key}.ratio"] = _join(f"{v:.2f}" for v in part["ratio_to_persistence"])
+    found["components.runs"] = f"{int(components['runs'].max())}"
+    sparse = pd.read_csv(RESULTS / "components_sparse.csv").set_index("cut").sort_index()
+    found["components.sparse.coverage_90"] = _join(f"{v:.2f}" for v in sparse["coverage_90"])
+    found["components.sparse.seen"] = _join(f"{v}" for v in sparse["evaluations_seen"])
+    found["components.sparse.runs"] = f"{int(sparse['runs'].max())}"
     checks = re.search(r"Spec checks \((\d+) of (\d+) met\)", (RESULTS / "shapes.md").read_text(encoding="utf-8"))
     found["shapes.checks_met"], found["shapes.checks"] = checks.groups()
     speed = re.search(r"\| forecast of a 1000-step log \| ([\d.]+) \|", (RESULTS / "forecast_speed.md").read_text(encoding="utf-8"))
