@@ -229,10 +229,10 @@ class ForecastPruner(BasePruner):
         self._sight(trial, others, total)
         if not at_check:
             return None
+        own = self._forecast(trial.number, steps, values, description)  # also kept to recalibrate later trials' checks
         rivals = self._rivals(trial, others, sign, steps, values)
         if not rivals:
             return None
-        own = self._forecast(trial.number, steps, values, description)
         rng = np.random.default_rng(zlib.crc32(f"{self.seed}:{trial.number}:{int(steps[-1])}:joint".encode()))
         joint, _, _ = joint_finals([own[0], *(finals for finals, _ in rivals)], [own[1], *(resp for _, resp in rivals)], JOINT_DRAWS, rng)
         best_other = joint[:, 1:].max(axis=1)
@@ -312,8 +312,10 @@ class ForecastPruner(BasePruner):
                 continue
             plan = description["total_steps"]
             if other.state == TrialState.COMPLETE or other_steps[-1] >= plan:
+                # its final is measured; its coupling comes from its latest forecast (made at its last check), else from all its steps
+                kept = self._coupling.get(other.number)
                 finished = {**description, "total_steps": max(plan, int(other_steps[-1]))}
-                _, resp = self._forecast(other.number, other_steps, other_values, finished)
+                resp = kept[1] if kept is not None else self._forecast(other.number, other_steps, other_values, finished)[1]
                 rivals.append((np.full(self.n_draws, final_reward(other_values)), resp))
                 continue
             checks = self._check_steps(other_steps, plan)
