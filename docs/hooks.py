@@ -211,6 +211,17 @@ DRAW = {"shapes": shapes_figure, "backtest_sweeps": sweeps_figure}
 # ---------------------------------------------------------------------- events
 
 
+#: "Edit this page" links, relative to ``repo_url`` (set only when the build is given one).
+EDIT_URI = "edit/main/docs/"
+
+
+def on_config(config):
+    """Edit links need a repository: without ``repo_url`` the site has none (and no warning for them)."""
+    if config["repo_url"]:
+        config["edit_uri"] = config["edit_uri"] or EDIT_URI
+    return config
+
+
 @event_priority(100)
 def on_files(files: Files, config) -> Files:
     """Add the executed notebooks, their thumbnails and the benchmark results pages (before mkdocs-jupyter)."""
