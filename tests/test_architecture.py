@@ -133,13 +133,16 @@ def test_data_flows_one_way():
 
 def _runs() -> list[bg.RunLog]:
     """Three small runs: two families on a declared range from one source (one declares its initial reward),
-    one without family or source on a learned scale, shorter than the fit's bins (so the likelihood's grid is padded)."""
+    one without family or source on a learned scale, shorter than the fit's bins (so the likelihood's grid is padded).
+    The first two log ``reward_std`` (a known learning signal), the third does not (marginalised)."""
     rng = np.random.default_rng(0)
     runs = []
     for i, (family, reward_range, length) in enumerate([("qwen", (0.0, 1.0), 80), ("llama", (0.0, 1.0), 80), (None, None, 24)]):
         steps = np.arange(1, length + 1)
         rewards = 0.2 + 0.4 * (1 - np.exp(-steps / 25)) + 0.05 * rng.standard_normal(steps.size)
         frame = pd.DataFrame({"step": steps, "reward": rewards * (3.0 if reward_range is None else 1.0)})
+        if reward_range is not None:
+            frame["reward_std"] = 0.1 + 0.2 * i * np.exp(-steps / 30)
         run = bg.read_log(frame, run_id=f"r{i}", family=family, params_b=0.5 * (i + 1), total_steps=100, reward_range=reward_range)
         run = run.with_meta(extra={"source_repo": "org/recipe"}) if reward_range else run
         runs.append(run.with_meta(initial_reward=0.2) if i == 0 else run)
