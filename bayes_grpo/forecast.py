@@ -111,6 +111,8 @@ MCMC_CHAINS, MCMC_STEPS, MCMC_ROUNDS = 400, 30, 3
 MIXTURE_KERNELS, KERNEL_BANDWIDTH = 64, 0.6
 #: A change of the reward level counts as material, for the regimes, beyond this many per-step noise SDs.
 MATERIAL_NOISE = 1.0
+#: A planned length more than this many times the last logged step is warned about (a typo, or a forecast mostly of the prior).
+LONG_PLAN_FACTOR = 100
 #: Regimes reported by :attr:`Forecast.regimes`, in order.
 REGIMES = ("take_off_ahead", "plateau", "decline")
 # Second entry of the seed of the logging noise in Forecast.window_reward (apart from the sampler's streams).
@@ -261,7 +263,8 @@ class Forecast:
         scored the same: :attr:`~bayes_grpo.prepare.PreparedRun.signal_exhausted`), a log
         without the GRPO signals the model reads, a run outside what the population has
         seen (:attr:`outside_population` above :data:`OUTSIDE_POPULATION_WARN`), and
-        importance weights that stayed unreliable (Pareto k-hat above :data:`PARETO_K_MAX`).
+        importance weights that stayed unreliable (Pareto k-hat above :data:`PARETO_K_MAX`, or
+        fewer than :data:`MIN_ESS_WARN` effective draws).
         """
         notes = []
         prepared = self.prepared
@@ -283,6 +286,8 @@ class Forecast:
             )
         if self.pareto_k > PARETO_K_MAX:
             notes.append(f"the importance weights are unreliable (Pareto k-hat {self.pareto_k:.2f} > {PARETO_K_MAX}): the intervals may be too narrow")
+        elif self.ess < MIN_ESS_WARN:
+            notes.append(f"the forecast rests on about {self.ess:.0f} effective draws (fewer than {MIN_ESS_WARN}): its quantiles are rough")
         return notes
 
     @property
@@ -871,7 +876,8 @@ def forecast(
     -----
     UserWarning
         When a run without a declared ``reward_range`` has only logged equal rewards (no scale to
-        forecast a change in), and when the importance weights stay unreliable after every proposal of :func:`condition`
+        forecast a change in), when ``total_steps`` is more than :data:`LONG_PLAN_FACTOR` times the
+        last logged step, and when the importance weights stay unreliable after every proposal of :func:`condition`
         (Pareto k-hat above 0.7 or ESS below 10% of the particles); ``Forecast.ess`` and
         ``Forecast.pareto_k`` always say how good they are.
 
@@ -891,6 +897,13 @@ def forecast(
         reward_range=reward_range,
         source=source,
     )
+    if prepared.steps.size and prepared.total_steps > LONG_PLAN_FACTOR * prepared.steps[-1]:
+        warnings.warn(
+            f"run {prepared.run_id!r}: total_steps={prepared.total_steps} is more than {LONG_PLAN_FACTOR} times the last logged "
+            f"step {int(prepared.steps[-1])}: the forecast extrapolates far beyond what the log shows; check the planned length",
+            UserWarning,
+            stacklevel=2,
+        )
     no_scale = prepared.kind == "learned" and prepared.z.size >= 3 and np.ptp(prepared.z) == 0.0
     if no_scale:
         warnings.warn(

@@ -128,7 +128,7 @@ from bayes_grpo.prepare import noise_scale
 from bayes_grpo.settings import SMOOTHING_BANDWIDTH, STOP_THRESHOLD, STOP_TOLERANCE
 
 RelativeTo = Literal["spread", "range", "gain"]
-Reason = Literal["end", "early", "no_signal", "rising", "fall", "dip", "plateau", "gain", "value"]
+Reason = Literal["end", "early", "no_signal", "flat", "rising", "fall", "dip", "plateau", "gain", "value"]
 INTERVAL = (0.05, 0.95)
 #: Threshold mode: no stop before this share of the planned steps is logged.
 MIN_STOP_FRACTION = 0.3
@@ -174,8 +174,10 @@ class StopDecision:
         leave), ``"no_signal"`` (GRPO has no learning signal left: every group's completions
         scored the same over the last logged steps), ``"end"`` (the planned end is reached),
         ``"value"`` (decision-theoretic stop);
-        or, to keep training, ``"gain"`` (gain still likely), ``"rising"`` (the curve still
-        rises), ``"dip"`` (in a dip it may leave), ``"early"`` (before ``min_fraction``).
+        or, to keep training, ``"gain"`` (gain still likely), ``"rising"`` (the curve may still
+        rise), ``"dip"`` (in a dip it may leave), ``"early"`` (before ``min_fraction``), ``"flat"``
+        (every reward logged so far is the same and no range is declared: nothing to judge
+        a plateau or a rise against).
     compute_saved : float
         Fraction of ``total_steps`` not run if stopped now.
     step, total_steps : int
@@ -200,6 +202,8 @@ class StopDecision:
         of ``logged_spread``, or when it is gone (``reason="no_signal"``).
     logged_spread : float
         The 10-90% spread of the rewards logged so far (:func:`bayes_grpo.measures.reward_spread`).
+    last_reward : float
+        The last logged reward (NaN for a run with no logged steps).
     value_of_gain, cost_of_rest : float or None
         Decision-theoretic mode: the two sides compared.
     optimal_stop_step : int or None
@@ -232,6 +236,7 @@ class StopDecision:
     recovery_probability: float
     reward_std: float = float("nan")
     logged_spread: float = float("nan")
+    last_reward: float = float("nan")
     value_of_gain: float | None = None
     cost_of_rest: float | None = None
     optimal_stop_step: int | None = None
@@ -261,6 +266,8 @@ class StopDecision:
             f"{self.tolerance:g} x {self.scale:.3g} reward remains to gain ({gain}, plateau near step "
             f"{self.plateau_step:.0f}), {side} the {self.threshold:.0%} threshold"
         )
+        if self.reason in ("flat", "no_signal"):  # decided before any gain is weighed: the gain's figures would only confuse
+            head = f"{verdict} at step {self.step} of {self.total_steps}"
         chance = f"{self.recovery_probability:.1%} chance of getting back there before step {self.total_steps}"
         but = " but" if self.probability >= self.threshold else " and"
         signal = ""
@@ -272,11 +279,15 @@ class StopDecision:
         why = {
             "end": "; the run has reached its planned end",
             "early": f"{but} not trusted yet: too early in the run",
-            "rising": f"{but} the forecast says the run is still rising ({self.rise_probability:.0%} probability of a rise of more than the tolerance just ahead)",
+            "rising": f"{but} {self._rising_text()}",
+            "flat": (
+                f": every reward logged so far is {self.last_reward:.6g}, so there is no spread to judge a plateau or a rise "
+                "against: declare the reward range (reward_range=, --reward-range) or keep training until the rewards move"
+            ),
             "dip": f"{but} the reward sits in a dip below its best (step {self.best_step}) with a {chance}: a dip is not a decline",
             "fall": f"; the reward peaked at step {self.best_step} and has fallen since, with only a {chance}: the decline persists",
             "no_signal": (
-                "; GRPO has no learning signal left: over the last logged steps every group's completions scored the same "
+                ": GRPO has no learning signal left: over the last logged steps every group's completions scored the same "
                 f"(reward_std {self.reward_std:.3g}), so this reward gives the policy no gradient and will not rise by itself"
             ),
             "plateau": "",
@@ -285,6 +296,16 @@ class StopDecision:
         if self.reason == "fall":
             keep = "; keep that checkpoint"
         return f"{head}{why}{saves}{keep}."
+
+    def _rising_text(self) -> str:
+        """Why a possible rise keeps the run training, in words that match its probability."""
+        allowed = 1.0 - self.threshold
+        if self.rise_probability >= 0.5:
+            return f"the forecast says the run is still rising ({self.rise_probability:.0%} probability of a rise of more than the tolerance just ahead)"
+        return (
+            f"the forecast cannot rule out a rise of more than the tolerance just ahead ({self.rise_probability:.1%} probability, "
+            f"above the {allowed:.0%} the rule allows)"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-Python dict of every field (JSON-serialisable)."""
@@ -367,8 +388,9 @@ def reward_scale(fc: Forecast, relative_to: RelativeTo = "spread") -> float:
     fc : Forecast
         The forecast judged.
     relative_to : {"spread", "range", "gain"}
-        The 10-90% spread of the logged rewards, the declared range (else the 5-95%
-        range of the logged rewards), or the gain so far.
+        The 10-90% spread of the logged rewards (the declared range while every logged
+        reward is the same), the declared range (else the 5-95% range of the logged
+        rewards), or the gain so far.
 
     Returns
     -------
@@ -382,6 +404,8 @@ def reward_scale(fc: Forecast, relative_to: RelativeTo = "spread") -> float:
     """
     observed = np.asarray(fc.observed_rewards, dtype=float)
     if relative_to == "spread":
+        if fc.prepared.kind == "range" and (observed.size == 0 or np.ptp(observed) == 0.0):
+            return float(fc.prepared.unit)  # nothing has moved yet: the declared range is the only scale there is
         return reward_spread(observed)
     if relative_to == "gain":
         initial = fc.prepared.to_reward(fc.params["r0"])
@@ -596,6 +620,8 @@ class StopEvidence:
     no_signal : bool
         GRPO had no learning signal over the last logged steps
         (:attr:`~bayes_grpo.prepare.PreparedRun.signal_exhausted`).
+    flat : bool
+        Every reward logged so far is the same and the run declares no range: no scale to judge on.
     """
 
     step: int
@@ -608,6 +634,7 @@ class StopEvidence:
     drop_se: float
     recovery: float
     no_signal: bool = False
+    flat: bool = False
 
     def probability(self, tolerance: float, scale: float | None = None) -> float:
         """Share of draws whose remaining gain is below ``tolerance * scale`` (default scale: :attr:`spread`)."""
@@ -651,6 +678,7 @@ def stop_evidence(fc: Forecast) -> StopEvidence:
         drop_se=best.se,
         recovery=_recovery(fc, best),
         no_signal=fc.prepared.signal_exhausted,
+        flat=fc.prepared.kind == "learned" and fc.observed_rewards.size >= 3 and np.ptp(fc.observed_rewards) == 0.0,
     )
 
 
@@ -667,7 +695,8 @@ def stop_reason(
     In order: ``"end"`` at or past the planned end; ``"early"`` before
     ``min_fraction`` of it; ``"no_signal"`` when GRPO had no learning signal over the
     last logged steps (no group's completions disagreed, so nothing can move the
-    reward); ``"rising"`` while the probability of a material rise
+    reward); ``"flat"`` when every reward logged so far is the same on an undeclared
+    scale (nothing to judge against: keep training); ``"rising"`` while the probability of a material rise
     just ahead exceeds ``1 - threshold``; in a dip, ``"fall"`` when the
     probability of getting back to the best is below ``1 - threshold``, else
     ``"dip"``; outside one, ``"plateau"`` when the probability that the remaining
@@ -694,6 +723,8 @@ def stop_reason(
         return "early"
     if evidence.no_signal:
         return "no_signal"
+    if evidence.flat:
+        return "flat"
     doubt = round(1.0 - threshold, 12)  # 1 - 0.99 is 0.010000000000000009 in floating point: a share of exactly 1% is not below it
     if evidence.rise_probability(tolerance, scale) > doubt:
         return "rising"
@@ -824,6 +855,7 @@ def decision_from_forecast(
         recovery_probability=evidence.recovery,
         reward_std=fc.prepared.recent_reward_std,
         logged_spread=evidence.spread,
+        last_reward=float(fc.observed_rewards[-1]) if fc.observed_rewards.size else float("nan"),
         value_of_gain=value,
         cost_of_rest=cost,
         optimal_stop_step=optimal,

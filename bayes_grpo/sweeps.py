@@ -66,6 +66,10 @@ class SweepModel(PopulationPosterior, Protocol):
     def forecast(self, run: RunLog | None = None, total_steps: int | None = None, **kwargs: Any) -> Forecast: ...
 
 
+#: Fewer effective population draws than this behind a ranking's joint draws is a caveat (:attr:`Ranking.caveats`).
+MIN_COMPONENT_ESS = 100
+
+
 @dataclass
 class Ranking:
     """Joint forecast of a sweep's final rewards (made by :func:`rank`).
@@ -109,6 +113,17 @@ class Ranking:
     picks: np.ndarray = field(repr=False)
     component_ess: float = float("nan")
     beat: float | None = None
+
+    @property
+    def caveats(self) -> list[str]:
+        """Plain-language warnings about the ranking (empty when there are none): joint draws that rest on
+        fewer than :data:`MIN_COMPONENT_ESS` effective population draws give rough ``p_best`` and ``p_beats``."""
+        if np.isfinite(self.component_ess) and self.component_ess < MIN_COMPONENT_ESS:
+            return [
+                f"p_best and p_beats rest on about {self.component_ess:.0f} effective population draws (fewer than {MIN_COMPONENT_ESS}): "
+                "the runs agree on few population draws, so these probabilities are rough to a few percent"
+            ]
+        return []
 
     @property
     def p_best(self) -> pd.Series:
