@@ -30,6 +30,7 @@ _PUBLIC = {
     "rank": "bayes_grpo.sweeps",
     "Ranking": "bayes_grpo.sweeps",
     "PlateauStoppingCallback": "bayes_grpo.callback",
+    "watch": "bayes_grpo.watching",
 }
 
 __all__ = sorted(_PUBLIC) + ["__version__"]

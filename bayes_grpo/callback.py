@@ -24,17 +24,28 @@ once the run is unlikely to end above ``VALUE`` (``forecast/p_beats`` below ``be
 a sweep's run that cannot beat the best one so far need not finish. When the
 trainer saves checkpoints, :attr:`PlateauStoppingCallback.best_checkpoint`
 names the ``checkpoint-N`` folder that holds the best step (or the nearest one
-saved before it), and the stop message says which to keep.
+saved before it), and the stop message says which to keep; when the trainer's
+``save_total_limit`` has deleted that checkpoint, one warning and the stop
+message say so and name the nearest kept one.
+
+When the trainer reports to TensorBoard or W&B, every ``plot_every`` checks the
+callback also sends the fan chart of the latest forecast, with the stop
+probability of every check so far beneath it (:func:`bayes_grpo.watching.fan_chart`),
+as the image ``bayes_grpo/forecast``: to TensorBoard through the trainer's own
+writer, to W&B as a ``wandb.Image`` on the trainer's step axis. The figure is drawn
+in a background thread, so training does not wait for it (a plot still drawing when
+the next is due is skipped; the last decision is drawn at the end of training).
 
 Problems never break training: a missing reward key or non-numeric rewards get
-one warning, and a failing check one warning, after which training goes on. A
-forecast's own warnings (rewards that have all been equal, unreliable importance
-weights) are reported once per kind, not at every check.
+one warning, and a failing check or plot one warning, after which training goes
+on. A forecast's own warnings (rewards that have all been equal, unreliable
+importance weights) are reported once per kind, not at every check.
 
-Reporting callbacks (W&B, TensorBoard) run before callbacks passed by the user,
-so to have the ``plateau/*`` keys reach them on the same step, attach the
-callback with :meth:`PlateauStoppingCallback.attach` (it goes first); passed
-as ``callbacks=[...]`` the keys still land in ``trainer.state.log_history``.
+Reporting callbacks (W&B, TensorBoard) come before callbacks passed as
+``callbacks=[...]`` in the trainer's list, and see each log before them; so at
+the start of training the callback moves itself to the front of that list, as
+:meth:`PlateauStoppingCallback.attach` does at once, and every reporter gets the
+``plateau/*`` and ``forecast/*`` keys on the step they belong to.
 """
 
 from __future__ import annotations
@@ -42,7 +53,9 @@ from __future__ import annotations
 import math
 import numbers
 import re
+import sys
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,7 +78,11 @@ FINAL_KEYS = {"forecast/final_q05": 0.05, "forecast/final_q50": 0.5, "forecast/f
 TAKE_OFF_KEY = "forecast/p_take_off_ahead"
 PARETO_K_KEY = "forecast/pareto_k"
 BEATS_KEY = "forecast/p_beats"
+#: Name of the fan-chart image in TensorBoard and W&B.
+PLOT_KEY = "bayes_grpo/forecast"
 MIN_POINTS = 5
+#: Seconds the end of training waits for a plot still being drawn.
+PLOT_WAIT_S = 30.0
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
 
 
@@ -107,7 +124,8 @@ class PlateauStoppingCallback(TrainerCallback):
     reward_key
         Name of the mean reward in the trainer's logs (TRL: ``"reward"``).
     verbose
-        Print the decision when stopping.
+        After stopping training, print :meth:`stop_message` at the end of training (once every
+        checkpoint is saved, so it names the right one).
     n_draws
         Forecast draws per check (precision against speed); >= 10.
     beat
@@ -115,6 +133,10 @@ class PlateauStoppingCallback(TrainerCallback):
         probability of ending above it falls below ``beat_threshold``. None: the plateau rule alone.
     beat_threshold
         See ``beat``; a number strictly between 0 and 1 (default 0.05).
+    plots
+        Send the fan chart to TensorBoard / W&B when the trainer reports to them; False: never draw.
+    plot_every
+        Checks between two fan charts; a whole number >= 1.
 
     Raises
     ------
@@ -133,7 +155,15 @@ class PlateauStoppingCallback(TrainerCallback):
         With ``beat``: the step and P(final > beat) of every check.
     best_checkpoint : Path or None
         The saved ``checkpoint-N`` folder holding the latest decision's best step,
-        or the nearest one saved before it (None when checkpoints are not saved).
+        or the nearest one saved before it (None when checkpoints are not saved, or when
+        ``save_total_limit`` deleted it: then see :attr:`deleted_checkpoint`).
+    deleted_checkpoint : Path or None
+        The checkpoint that held the best step (or the nearest one before it) when the
+        trainer's checkpoint rotation has deleted it; None otherwise.
+    nearest_kept_checkpoint : Path or None
+        With :attr:`deleted_checkpoint`: the kept checkpoint whose step is nearest the best step.
+    plot_steps : list of int
+        The steps whose fan chart reached TensorBoard or W&B.
 
     Example
     -------
@@ -155,6 +185,8 @@ class PlateauStoppingCallback(TrainerCallback):
         n_draws: int = 500,
         beat: float | None = None,
         beat_threshold: float = 0.05,
+        plots: bool = True,
+        plot_every: int = 1,
     ) -> None:
         _require(model is None or callable(getattr(model, "forecast", None)), f"model must be a FittedModel (or None for the shipped one), got {_shown(model)}")
         _require(_is_number(threshold) and 0 < threshold < 1, f"threshold must be a number between 0 and 1 (exclusive), got {_shown(threshold)}")
@@ -172,6 +204,8 @@ class PlateauStoppingCallback(TrainerCallback):
         _require(isinstance(n_draws, numbers.Integral) and not isinstance(n_draws, bool) and n_draws >= 10, f"n_draws must be a whole number >= 10, got {_shown(n_draws)}")
         _require(beat is None or _is_number(beat), f"beat must be a number (a final reward to beat), got {_shown(beat)}")
         _require(_is_number(beat_threshold) and 0 < beat_threshold < 1, f"beat_threshold must be a number between 0 and 1 (exclusive), got {_shown(beat_threshold)}")
+        _require(isinstance(plots, bool), f"plots must be True or False, got {_shown(plots)}")
+        _require(isinstance(plot_every, numbers.Integral) and not isinstance(plot_every, bool) and plot_every >= 1, f"plot_every must be a whole number >= 1, got {_shown(plot_every)}")
         self.model = model
         self.threshold = float(threshold)
         self.tolerance = float(tolerance)
@@ -185,22 +219,44 @@ class PlateauStoppingCallback(TrainerCallback):
         self.n_draws = int(n_draws)
         self.beat = None if beat is None else float(beat)
         self.beat_threshold = float(beat_threshold)
+        self.plots = plots
+        self.plot_every = int(plot_every)
         self.decisions: list[StopDecision] = []
         self.stopped_at: int | None = None
         self.stop_reason: str | None = None
         self.beat_probabilities: list[tuple[int, float]] = []
         self.best_checkpoint: Path | None = None
+        self.deleted_checkpoint: Path | None = None
+        self.nearest_kept_checkpoint: Path | None = None
+        self.plot_steps: list[int] = []
+        self._saved_steps: set[int] = set()
+        self._handler: Any = None
+        self._plotter: ThreadPoolExecutor | None = None
+        self._plot_job: Future | None = None
+        self._last_plot: tuple[int, Forecast, StopDecision] | None = None
         self._last_check: int | None = None
         self._seen_key = False
         self._warned: set[str] = set()
         self._passed_warnings: dict = {}  # warnings.warn_explicit's registry: others' warnings shown once per place
 
     def attach(self, trainer: Any) -> PlateauStoppingCallback:
-        """Insert this callback first in ``trainer``'s callbacks, so reporters see the ``plateau/*`` keys."""
-        trainer.callback_handler.callbacks.insert(0, self)
+        """Put this callback first in ``trainer``'s callbacks, so reporters see the ``plateau/*`` keys.
+
+        Passing it as ``callbacks=[...]`` does the same at the start of training; ``attach``
+        also works where no training event reaches the callback before the first log.
+        """
+        self._handler = trainer.callback_handler
+        if self not in self._handler.callbacks:
+            self._handler.callbacks.insert(0, self)
+        self._go_first()
         return self
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, model: Any = None, **kwargs: Any) -> None:
+        try:
+            if not self._go_first() and _reporters(args):
+                self._warn_once("order", "could not find the trainer's callback list to go ahead of its reporters; they will not get the plateau/* keys (call callback.attach(trainer))")
+        except Exception as exc:  # noqa: BLE001 - the callback must never break training
+            self._warn_once("order", f"could not go ahead of the trainer's reporters ({exc!r}); call callback.attach(trainer)")
         try:
             self._describe(model)
         except Exception as exc:  # noqa: BLE001 - the callback must never break training
@@ -231,16 +287,26 @@ class PlateauStoppingCallback(TrainerCallback):
                 control.should_training_stop = True
                 self.stopped_at = state.global_step
                 self.stop_reason = "plateau" if decision.should_stop else "beat"
-                if self.verbose:
-                    print(f"[bayes_grpo] {self.stop_message()}")
         except Exception as exc:  # noqa: BLE001 - the callback must never break training
             self._warn_once("check", f"the check at step {state.global_step} failed ({exc!r}); training goes on (later failures are not reported)")
+            return
+        self._plot(args, state, state.global_step, fc, decision, due=self.stopped_at is not None or (len(self.decisions) - 1) % self.plot_every == 0)
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         try:
             self._name_checkpoint(args, state, saving_now=False)
         except Exception as exc:  # noqa: BLE001 - the callback must never break training
             self._warn_once("save", f"could not look up the saved checkpoints ({exc!r})")
+
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        """Finish the plots (the last decision's included) and print the stop message, once every checkpoint is saved."""
+        self._finish_plots(args, state)
+        if self.verbose and self.stopped_at is not None:
+            try:
+                self._name_checkpoint(args, state, saving_now=False)
+            except Exception as exc:  # noqa: BLE001 - the callback must never break training
+                self._warn_once("save", f"could not look up the saved checkpoints ({exc!r})")
+            print(f"[bayes_grpo] {self.stop_message()}")
 
     def stop_message(self) -> str:
         """The latest decision in words, naming the best step and the checkpoint to keep.
@@ -259,6 +325,16 @@ class PlateauStoppingCallback(TrainerCallback):
             text = (
                 f"Stop at step {step} of {decision.total_steps}: the probability of ending above {self.beat:g} is "
                 f"{p_beats:.3f}, below {self.beat_threshold:g}; best step so far {decision.best_step}."
+            )
+        if self.deleted_checkpoint is not None:
+            nearest = (
+                f"the nearest kept checkpoint is {self.nearest_kept_checkpoint}"
+                if self.nearest_kept_checkpoint is not None
+                else "no checkpoint is kept"
+            )
+            return (
+                f"{text} The best step's checkpoint {self.deleted_checkpoint.name} (the one saved at or nearest before "
+                f"step {decision.best_step}) was deleted by the trainer's save_total_limit; {nearest}."
             )
         if self.best_checkpoint is None:
             return text
@@ -335,13 +411,151 @@ class PlateauStoppingCallback(TrainerCallback):
         return decision_from_forecast(fc, threshold=self.threshold, tolerance=self.tolerance), fc
 
     def _name_checkpoint(self, args: TrainingArguments, state: TrainerState, saving_now: bool) -> None:
-        """Set :attr:`best_checkpoint` to the saved folder holding the best step, or the nearest one before it."""
-        if not self.decisions or getattr(args, "save_strategy", "no") in ("no", None) or not getattr(args, "output_dir", None):
+        """Set :attr:`best_checkpoint` to the saved folder holding the best step, or the nearest one before it.
+
+        A checkpoint seen once and gone since was deleted by the trainer's rotation
+        (``save_total_limit``): when it is the one that held the best step, say so once
+        and name the nearest kept checkpoint instead.
+        """
+        if getattr(args, "save_strategy", "no") in ("no", None) or not getattr(args, "output_dir", None):
+            return
+        folder = Path(args.output_dir)
+        kept = {int(m.group(1)) for p in folder.glob("checkpoint-*") if p.is_dir() and (m := _CHECKPOINT.search(p.name))}
+        if saving_now:  # the trainer writes checkpoint-<step> right after this log
+            kept.add(state.global_step)
+        self._saved_steps |= kept
+        if not self.decisions:
             return
         best = self.decisions[-1].best_step
-        folder = Path(args.output_dir)
-        saved = {int(m.group(1)) for p in folder.glob("checkpoint-*") if p.is_dir() and (m := _CHECKPOINT.search(p.name))}
-        if saving_now:  # the trainer writes checkpoint-<step> right after this log
-            saved.add(state.global_step)
-        candidates = [n for n in saved if n <= best]
-        self.best_checkpoint = folder / f"checkpoint-{max(candidates)}" if candidates else None
+        holding = max((n for n in self._saved_steps if n <= best), default=None)
+        self.best_checkpoint = folder / f"checkpoint-{holding}" if holding in kept else None
+        if holding is None or holding in kept:
+            self.deleted_checkpoint = self.nearest_kept_checkpoint = None
+            return
+        self.deleted_checkpoint = folder / f"checkpoint-{holding}"
+        nearest = min(kept, key=lambda n: (abs(n - best), n), default=None)
+        self.nearest_kept_checkpoint = None if nearest is None else folder / f"checkpoint-{nearest}"
+        limit = getattr(args, "save_total_limit", None)
+        self._warn_once(
+            "deleted checkpoint",
+            f"checkpoint-{holding}, which holds the best step {best} (or the nearest saved before it), was deleted by the "
+            f"trainer's checkpoint rotation (save_total_limit={limit}), so best_checkpoint is None; the nearest kept checkpoint is "
+            f"{self.nearest_kept_checkpoint or 'none'}. Raise save_total_limit to keep the best step's checkpoint",
+        )
+
+    # ------------------------------------------------------------ reporters
+
+    def _go_first(self) -> bool:
+        """Move this callback to the front of the trainer's callbacks (reporters then see its keys); False when not found.
+
+        transformers gives callbacks no handle on the trainer; the ``CallbackHandler`` that
+        dispatches the current event (or the one :meth:`attach` saw) holds the list.
+        """
+        handler = self._handler or _dispatching_handler()
+        if handler is None or self not in handler.callbacks:
+            return False
+        self._handler = handler
+        if handler.callbacks[0] is not self:  # during an event: the callbacks after this one keep their places
+            handler.callbacks.remove(self)
+            handler.callbacks.insert(0, self)
+        return True
+
+    def _targets(self) -> tuple[Any, Any]:
+        """The TensorBoard writer and the W&B run the trainer reports to (None for each it does not)."""
+        from transformers.integrations import TensorBoardCallback, WandbCallback
+
+        callbacks = self._handler.callbacks if self._handler is not None else []
+        writer = next((c.tb_writer for c in callbacks if isinstance(c, TensorBoardCallback) and c.tb_writer is not None), None)
+        run = None
+        if any(isinstance(c, WandbCallback) for c in callbacks):
+            import wandb
+
+            run = wandb.run
+        return writer, run
+
+    def _plot(self, args: TrainingArguments, state: TrainerState, step: int, fc: Forecast, decision: StopDecision, due: bool) -> None:
+        """Start drawing the fan chart of the check at ``step`` in the background when due and the trainer reports to TensorBoard or W&B."""
+        if not (self.plots and state.is_world_process_zero and {"all", "tensorboard", "wandb"} & set(_reporters(args))):
+            return
+        try:
+            self._collect_plot()
+            self._last_plot = (step, fc, decision)
+            if not due or (self._plot_job is not None and not self._plot_job.done()):
+                return  # not due, or the previous plot is still drawing: training does not wait
+            writer, run = self._targets()
+            if writer is None and run is None:
+                return
+            self._plotter = self._plotter or ThreadPoolExecutor(max_workers=1, thread_name_prefix="bayes_grpo-plot")
+            history = tuple((d.step, d.probability) for d in self.decisions)
+            self._plot_job = self._plotter.submit(self._send_plot, writer, run, step, fc, decision, history)
+            self._last_plot = None
+        except Exception as exc:  # noqa: BLE001 - the callback must never break training
+            self._plot_failed(exc)
+
+    def _send_plot(self, writer: Any, run: Any, step: int, fc: Forecast, decision: StopDecision, history: tuple) -> int:
+        from bayes_grpo.watching import fan_chart, figure_pixels
+
+        pixels = figure_pixels(fan_chart(fc, decision, history, self.threshold))
+        if writer is not None:
+            writer.add_image(PLOT_KEY, pixels, global_step=step, dataformats="HWC")
+            writer.flush()
+        if run is not None:
+            import wandb
+
+            run.log({PLOT_KEY: wandb.Image(pixels, caption=decision.explain()), "train/global_step": step})
+        return step
+
+    def _collect_plot(self) -> None:
+        """Record a finished plot; a failed one becomes the one warning and turns plots off."""
+        job = self._plot_job
+        if job is None or not job.done():
+            return
+        self._plot_job = None
+        if job.exception() is not None:
+            self._plot_failed(job.exception())
+        else:
+            self.plot_steps.append(job.result())
+
+    def _plot_failed(self, exc: BaseException) -> None:
+        self.plots = False
+        self._warn_once("plot", f"could not send the fan chart to TensorBoard / W&B ({exc!r}); plots are off for the rest of training")
+
+    def _finish_plots(self, args: TrainingArguments, state: TrainerState) -> None:
+        """Wait (at most :data:`PLOT_WAIT_S`) for the plot being drawn, then draw the last decision if it was not."""
+        try:
+            if self._plot_job is not None:
+                self._plot_job.exception(timeout=PLOT_WAIT_S)
+                self._collect_plot()
+            if self._last_plot is not None and self.plots:
+                step, fc, decision = self._last_plot
+                self._plot(args, state, step, fc, decision, due=True)
+                if self._plot_job is not None:
+                    self._plot_job.exception(timeout=PLOT_WAIT_S)
+                    self._collect_plot()
+        except Exception as exc:  # noqa: BLE001 - the callback must never break training
+            self._plot_failed(exc)
+        finally:
+            if self._plotter is not None:
+                self._plotter.shutdown(wait=False)
+                self._plotter = None
+
+
+def _reporters(args: TrainingArguments) -> list[str]:
+    """The integrations the trainer reports to (``report_to``; ``"all"`` stays as it is)."""
+    report_to = getattr(args, "report_to", None) or []
+    report_to = [report_to] if isinstance(report_to, str) else list(report_to)
+    return [r for r in report_to if r != "none"]
+
+
+def _dispatching_handler() -> Any:
+    """The transformers ``CallbackHandler`` calling the current event, from the call stack (None outside one)."""
+    from transformers.trainer_callback import CallbackHandler
+
+    frame = sys._getframe(1)
+    for _ in range(8):
+        if frame is None:
+            return None
+        if isinstance(frame.f_locals.get("self"), CallbackHandler):
+            return frame.f_locals["self"]
+        frame = frame.f_back
+    return None

@@ -908,6 +908,61 @@ def _demo_table(model: FittedModel, runs: Sequence[RunLog], fraction: float, see
     )
 
 
+# -------------------------------------------------------------------- watch
+
+
+def _add_watch_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "watch",
+        help="follow a run while it trains: a live panel with its forecast and stop decision",
+        description="Follow a run while it trains: a TRL output folder (the newest checkpoint's trainer_state.json, "
+        "reread as checkpoints appear) or a CSV/TSV/JSONL log that grows. Each time new steps arrive it shows one "
+        "panel: steps done of the plan, reward now, the forecast final reward with its 90%% interval, P(plateau), the "
+        "stop decision and its reason, and the GRPO signals the log has. It ends when the run reaches its planned end "
+        "(or on Ctrl-C); a file caught mid-write is waited for.",
+    )
+    parser.add_argument("log", metavar="PATH", help="TRL output folder or log file")
+    parser.add_argument("--poll", type=_positive_float, default=5.0, metavar="SECONDS", help="seconds between two looks at the log (default 5)")
+    parser.add_argument("--once", action="store_true", help="print one update and exit (for scripts)")
+    parser.add_argument("--plot", metavar="FILE", help="rewrite the fan chart to FILE (.png, .pdf or .svg) at every update")
+    parser.add_argument("--model", metavar="FILE", help="a model file saved by 'bayes-grpo fit' (default: the shipped model)")
+    parser.add_argument("--threshold", type=_probability, default=STOP_THRESHOLD, help=f"stop when P(plateau) reaches this (default {STOP_THRESHOLD})")
+    parser.add_argument("--tolerance", type=_non_negative_float, default=STOP_TOLERANCE, help=f"fraction of the reward scale that counts as no gain (default {STOP_TOLERANCE})")
+    parser.add_argument("--seed", type=_non_negative_int, default=0, help="random seed of the forecast draws (default 0)")
+    _add_run_metadata_args(parser)
+
+
+def _run_watch(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.live import Live
+
+    from bayes_grpo.watching import fan_chart, panel, save_figure, watch
+
+    if args.plot and Path(args.plot).suffix.lower() not in (".png", ".pdf", ".svg"):
+        raise BayesGrpoError(f"--plot {args.plot}: give a file name ending in .png, .pdf or .svg")
+    updates = watch(
+        args.log, model=_load_model(args.model) if args.model else None, family=args.family, params_b=args.params_b,
+        total_steps=args.total_steps, reward_range=_reward_range(args), threshold=args.threshold,
+        tolerance=args.tolerance, poll=args.poll, once=args.once, seed=args.seed, encoding=args.encoding,
+    )  # fmt: skip
+    console = Console()
+    plot = Path(args.plot) if args.plot else None
+    live = Live(console=console, auto_refresh=False) if console.is_terminal and not args.once else contextlib.nullcontext()
+    try:
+        with live:
+            for update in updates:
+                if plot is not None:
+                    save_figure(fan_chart(update.forecast, update.decision, update.history), plot)
+                shown = panel(update, poll=None if args.once else args.poll, plot=plot)
+                if isinstance(live, Live):
+                    live.update(shown, refresh=True)
+                else:  # not a terminal (a pipe, a file): one panel per update
+                    console.print(shown)
+    except KeyboardInterrupt:
+        print("stopped watching", file=sys.stderr)
+    return EXIT_OK
+
+
 # ----------------------------------------------------------------- registry
 
 def _add_generate_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -933,6 +988,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable
     "report": (_add_report_parser, _run_report),
     "demo": (_add_demo_parser, _run_demo),
     "generate": (_add_generate_parser, _run_generate),
+    "watch": (_add_watch_parser, _run_watch),
 }
 """Subcommand name -> (add its parser, run it and return the exit code)."""
 

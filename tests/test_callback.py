@@ -18,7 +18,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, TrainerControl, TrainerS
 from trl import GRPOConfig, GRPOTrainer
 
 import bayes_grpo as bg
-from bayes_grpo.callback import BEATS_KEY, BEST_STEP_KEY, FINAL_KEYS, GAIN_KEY, PARETO_K_KEY, PROBABILITY_KEY, TAKE_OFF_KEY, PlateauStoppingCallback
+from bayes_grpo.callback import BEATS_KEY, BEST_STEP_KEY, FINAL_KEYS, GAIN_KEY, PARETO_K_KEY, PLOT_KEY, PROBABILITY_KEY, TAKE_OFF_KEY, PlateauStoppingCallback
 from bayes_grpo.errors import BayesGrpoError
 
 _spec = importlib.util.spec_from_file_location("make_trl_fixture", Path(__file__).parent / "fixtures" / "make_trl_fixture.py")
@@ -38,8 +38,10 @@ def _config(tmp_path: Path, max_steps: int, **overrides: object) -> GRPOConfig:
     return GRPOConfig(**options)
 
 
-def _train(reward_func, callback: PlateauStoppingCallback, tmp_path: Path, max_steps: int = MAX_STEPS, **config: object) -> GRPOTrainer:
-    """A tiny GRPOTrainer run (1-layer Llama from a config, local char tokenizer) with ``callback``."""
+def _train(
+    reward_func, callback: PlateauStoppingCallback, tmp_path: Path, max_steps: int = MAX_STEPS, attach: bool = False, **config: object
+) -> GRPOTrainer:
+    """A tiny GRPOTrainer run (1-layer Llama from a config, local char tokenizer) with ``callback`` (passed, or attached)."""
     set_seed(0)
     torch.manual_seed(0)
     tokenizer = _fixture.build_tokenizer()
@@ -51,8 +53,10 @@ def _train(reward_func, callback: PlateauStoppingCallback, tmp_path: Path, max_s
     trainer = GRPOTrainer(
         model=LlamaForCausalLM(model_config), reward_funcs=[reward_func], args=_config(tmp_path, max_steps, **config),
         train_dataset=Dataset.from_dict({"prompt": [f"what is {a} + {b} ?" for a in range(4) for b in range(4)]}),
-        processing_class=tokenizer, callbacks=[callback],
+        processing_class=tokenizer, callbacks=None if attach else [callback],
     )  # fmt: skip
+    if attach:
+        callback.attach(trainer)
     with contextlib.redirect_stdout(io.StringIO()):
         trainer.train()
     return trainer
@@ -79,14 +83,14 @@ def rising_reward() -> object:
     return reward
 
 
-def peaked_reward() -> object:
-    """Rises for 12 trainer steps, then falls: the best checkpoint lies well before the end."""
+def peaked_reward(peak: int = 12) -> object:
+    """Rises for ``peak`` trainer steps, then falls: the best checkpoint lies well before the end."""
     calls = [0]
     rng = np.random.default_rng(1)
 
     def reward(completions: list[str], **_: object) -> list[float]:
         calls[0] += 1
-        level = 0.05 * min(calls[0], 12) - 0.03 * max(calls[0] - 12, 0)
+        level = 0.05 * min(calls[0], peak) - 0.03 * max(calls[0] - peak, 0)
         return list(level + 0.01 * rng.standard_normal(len(completions)))
 
     return reward
@@ -197,6 +201,9 @@ def test_non_numeric_rewards_warn_once(tmp_path: Path, bad: object) -> None:
         ({"reward_key": ""}, "reward_key must be the name of a logged metric"),
         ({"n_draws": 0}, "n_draws must be a whole number >= 10"),
         ({"model": "default"}, "model must be a FittedModel"),
+        ({"plots": "yes"}, "plots must be True or False, got 'yes' (str)"),
+        ({"plot_every": 0}, "plot_every must be a whole number >= 1, got 0"),
+        ({"plot_every": 1.5}, "plot_every must be a whole number >= 1"),
     ],
 )
 def test_bad_arguments_are_rejected_at_construction(kwargs: dict, message: str) -> None:
@@ -267,3 +274,89 @@ def test_beat_below_the_run_lets_it_train_and_orders_the_probabilities(tmp_path:
 def test_bad_beat_arguments_are_rejected_at_construction(kwargs: dict, message: str) -> None:
     with pytest.raises(BayesGrpoError, match=message):
         PlateauStoppingCallback(**kwargs)
+
+
+def _tensorboard(folder: Path) -> object:
+    """Everything the trainer's TensorBoard writer wrote under ``folder`` (one run folder), read by TensorBoard's own reader."""
+    reader = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    (events,) = {path.parent for path in folder.rglob("events.out.tfevents.*")}
+    accumulator = reader.EventAccumulator(str(events), size_guidance={"images": 0, "scalars": 0})
+    accumulator.Reload()
+    return accumulator
+
+
+def test_callbacks_list_delivers_the_keys_and_fan_charts_to_tensorboard(tmp_path: Path) -> None:
+    """Passed as callbacks=[...] (after the reporters in the trainer's list), every check still reaches TensorBoard on its step."""
+    callback = PlateauStoppingCallback(bg.default_model(), check_every=3, min_fraction=0.25, verbose=False, plot_every=2)
+    trainer = _train(rising_reward(), callback, tmp_path, max_steps=15, report_to=["tensorboard"])
+    checks = [e["step"] for e in trainer.state.log_history if PROBABILITY_KEY in e]
+    assert len(checks) >= 3
+    board = _tensorboard(tmp_path / "runs")
+    for key in (PROBABILITY_KEY, GAIN_KEY, BEST_STEP_KEY, TAKE_OFF_KEY, PARETO_K_KEY, *FINAL_KEYS):
+        assert f"train/{key}" in board.Tags()["scalars"], key
+        assert [event.step for event in board.Scalars(f"train/{key}")] == checks, key
+    assert trainer.callback_handler.callbacks[0] is callback
+    images = board.Images(PLOT_KEY)
+    assert [image.step for image in images] == callback.plot_steps
+    due = set(checks[::2]) | {checks[-1]}  # every second check, and the last decision at the end of training
+    assert checks[-1] in callback.plot_steps and set(callback.plot_steps) <= due
+    assert images[-1].width > 300 and images[-1].height > 200 and images[-1].encoded_image_string.startswith(b"\x89PNG")
+
+
+def test_fan_charts_reach_an_offline_wandb_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    wandb = pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    callback = PlateauStoppingCallback(bg.default_model(), check_every=3, min_fraction=0.25, verbose=False)
+    try:
+        _train(rising_reward(), callback, tmp_path / "out", max_steps=10, attach=True, report_to=["wandb"])
+    finally:
+        wandb.finish()
+    (run_folder,) = tmp_path.glob("wandb/offline-run-*")
+    pngs = sorted((run_folder / "files" / "media" / "images").rglob("*.png"))
+    assert len(callback.plot_steps) >= 2 and len(pngs) == len(callback.plot_steps)
+    assert all(png.read_bytes().startswith(b"\x89PNG") and PLOT_KEY.split("/")[1] in png.name for png in pngs)
+
+
+def test_a_failing_plot_warns_once_and_training_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import bayes_grpo.watching
+
+    def broken_fan_chart(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("drawing exploded")
+
+    monkeypatch.setattr(bayes_grpo.watching, "fan_chart", broken_fan_chart)
+    callback = PlateauStoppingCallback(bg.default_model(), check_every=1, min_fraction=0.0, verbose=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = _train(flat_reward(), callback, tmp_path, max_steps=8, report_to=["tensorboard"])
+    assert trainer.state.global_step == 8 and len(callback.decisions) >= 3 and not callback.plot_steps
+    assert sum("drawing exploded" in str(w.message) for w in caught) == 1
+
+
+def test_plots_off_draws_nothing(tmp_path: Path) -> None:
+    callback = PlateauStoppingCallback(bg.default_model(), check_every=2, min_fraction=0.0, verbose=False, plots=False)
+    _train(flat_reward(), callback, tmp_path, max_steps=7, report_to=["tensorboard"])
+    board = _tensorboard(tmp_path / "runs")
+    assert callback.decisions and not callback.plot_steps and PLOT_KEY not in board.Tags()["images"]
+    assert f"train/{PROBABILITY_KEY}" in board.Tags()["scalars"]
+
+
+def test_a_best_checkpoint_deleted_by_save_total_limit_is_reported(tmp_path: Path) -> None:
+    """save_total_limit=2 keeps the last two checkpoints: the one of the best step is gone, and the callback says so once."""
+    callback = PlateauStoppingCallback(bg.default_model(), check_every=3, min_fraction=0.25, verbose=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _train(peaked_reward(peak=5), callback, tmp_path, max_steps=16, save_strategy="steps", save_steps=2, save_total_limit=2)
+    best = callback.decisions[-1].best_step
+    kept = sorted(int(p.name.split("-")[1]) for p in tmp_path.glob("checkpoint-*"))
+    assert 2 <= best <= 10 and len(kept) == 2 and min(kept) > best  # the rotation deleted every checkpoint up to the best step
+    messages = [str(w.message) for w in caught if "was deleted" in str(w.message)]
+    assert len(messages) == 1 and f"best step {best}" in messages[0] and "save_total_limit=2" in messages[0]
+    assert "was deleted" in callback.stop_message()
+    nearest = min(kept, key=lambda n: abs(n - best))
+    assert callback.best_checkpoint is None
+    assert callback.deleted_checkpoint == tmp_path / f"checkpoint-{best // 2 * 2}"
+    assert callback.nearest_kept_checkpoint == tmp_path / f"checkpoint-{nearest}"
+    message = callback.stop_message()
+    assert f"checkpoint-{best // 2 * 2}" in message and "was deleted" in message and str(callback.nearest_kept_checkpoint) in message
