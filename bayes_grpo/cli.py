@@ -730,6 +730,8 @@ def _run_rank(args: argparse.Namespace) -> int:
         f"last 10% of the steps); p_best from {ranking.finals.shape[0]} joint draws ({ranking.component_ess:.0f} effective population draws)"
     )
     print(str(ranking))
+    for note in ranking.caveats:
+        _warn(note)
     if args.plot:
         from matplotlib.figure import Figure
 

@@ -47,7 +47,8 @@ take-off may still be ahead). A run at or past its planned end always stops.
    gets no gradient from its reward, so it stops (``reason="no_signal"``) whatever
    the curve says. Where the completions still disagree a lot (``reward_std`` at
    least :data:`PLENTIFUL_SIGNAL` of the logged spread) and the run goes on, the
-   explanation says so: a flat stretch with plenty of signal is not a plateau.
+   explanation names the signal, and where the mean reward has moved less than
+   half the completions' spread, that this flat stretch is not a plateau.
 
 1. **Is the run still rising?** :func:`rise_probability` is the posterior
    probability that the curve's slope at the last logged step is materially
@@ -274,8 +275,10 @@ class StopDecision:
         if self.reason in ("gain", "rising") and self.reward_std >= PLENTIFUL_SIGNAL * self.logged_spread:
             signal = (
                 f"; the completions still disagree (reward_std {self.reward_std:.3g} against a logged reward spread of "
-                f"{self.logged_spread:.3g}): GRPO still has a signal to learn from, so a flat stretch is not a plateau"
+                f"{self.logged_spread:.3g}): GRPO still has a signal to learn from"
             )
+            if self.reward_std >= 2 * self.logged_spread:  # the mean has barely moved against the completions' spread
+                signal += ", so this flat stretch is not a plateau"
         why = {
             "end": "; the run has reached its planned end",
             "early": f"{but} not trusted yet: too early in the run",
