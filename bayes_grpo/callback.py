@@ -33,8 +33,11 @@ callback also sends the fan chart of the latest forecast, with the stop
 probability of every check so far beneath it (:func:`bayes_grpo.watching.fan_chart`),
 as the image ``bayes_grpo/forecast``: to TensorBoard through the trainer's own
 writer, to W&B as a ``wandb.Image`` on the trainer's step axis. The figure is drawn
-in a background thread, so training does not wait for it (a plot still drawing when
-the next is due is skipped; the last decision is drawn at the end of training).
+in a background thread, so training does not wait for it, and the plots take at most
+:data:`PLOT_BUDGET` of the training time: a chart due while the last one is still
+drawing, or while the plots so far took more than that share, is skipped (on a GPU
+step of a second or more none is; on a tiny CPU run most are). The last decision
+is drawn at the end of training.
 
 Problems never break training: a missing reward key or non-numeric rewards get
 one warning, and a failing check or plot one warning, after which training goes
@@ -54,6 +57,7 @@ import math
 import numbers
 import re
 import sys
+import time
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -83,6 +87,8 @@ PLOT_KEY = "bayes_grpo/forecast"
 MIN_POINTS = 5
 #: Seconds the end of training waits for a plot still being drawn.
 PLOT_WAIT_S = 30.0
+#: The largest share of the training time (since it began) the plotting thread may have taken for a due plot to start.
+PLOT_BUDGET = 0.05
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
 
 
@@ -164,6 +170,8 @@ class PlateauStoppingCallback(TrainerCallback):
         With :attr:`deleted_checkpoint`: the kept checkpoint whose step is nearest the best step.
     plot_steps : list of int
         The steps whose fan chart reached TensorBoard or W&B.
+    plot_seconds : float
+        Time the plotting thread took for them (drawing and sending).
 
     Example
     -------
@@ -229,6 +237,8 @@ class PlateauStoppingCallback(TrainerCallback):
         self.deleted_checkpoint: Path | None = None
         self.nearest_kept_checkpoint: Path | None = None
         self.plot_steps: list[int] = []
+        self.plot_seconds = 0.0
+        self._train_started = time.perf_counter()
         self._saved_steps: set[int] = set()
         self._handler: Any = None
         self._plotter: ThreadPoolExecutor | None = None
@@ -252,6 +262,7 @@ class PlateauStoppingCallback(TrainerCallback):
         return self
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, model: Any = None, **kwargs: Any) -> None:
+        self._train_started = time.perf_counter()
         try:
             if not self._go_first() and _reporters(args):
                 self._warn_once("order", "could not find the trainer's callback list to go ahead of its reporters; they will not get the plateau/* keys (call callback.attach(trainer))")
@@ -480,8 +491,9 @@ class PlateauStoppingCallback(TrainerCallback):
         try:
             self._collect_plot()
             self._last_plot = (step, fc, decision)
-            if not due or (self._plot_job is not None and not self._plot_job.done()):
-                return  # not due, or the previous plot is still drawing: training does not wait
+            busy = self._plot_job is not None and not self._plot_job.done()
+            if not due or busy or self.plot_seconds > PLOT_BUDGET * (time.perf_counter() - self._train_started):
+                return  # not due, still drawing the last one, or over budget: training does not wait
             writer, run = self._targets()
             if writer is None and run is None:
                 return
@@ -492,9 +504,11 @@ class PlateauStoppingCallback(TrainerCallback):
         except Exception as exc:  # noqa: BLE001 - the callback must never break training
             self._plot_failed(exc)
 
-    def _send_plot(self, writer: Any, run: Any, step: int, fc: Forecast, decision: StopDecision, history: tuple) -> int:
+    def _send_plot(self, writer: Any, run: Any, step: int, fc: Forecast, decision: StopDecision, history: tuple) -> tuple[int, float]:
+        """Draw and send one fan chart (in the plotting thread); the step and the seconds it took."""
         from bayes_grpo.watching import fan_chart, figure_pixels
 
+        start = time.perf_counter()
         pixels = figure_pixels(fan_chart(fc, decision, history, self.threshold))
         if writer is not None:
             writer.add_image(PLOT_KEY, pixels, global_step=step, dataformats="HWC")
@@ -503,7 +517,7 @@ class PlateauStoppingCallback(TrainerCallback):
             import wandb
 
             run.log({PLOT_KEY: wandb.Image(pixels, caption=decision.explain()), "train/global_step": step})
-        return step
+        return step, time.perf_counter() - start
 
     def _collect_plot(self) -> None:
         """Record a finished plot; a failed one becomes the one warning and turns plots off."""
@@ -514,7 +528,9 @@ class PlateauStoppingCallback(TrainerCallback):
         if job.exception() is not None:
             self._plot_failed(job.exception())
         else:
-            self.plot_steps.append(job.result())
+            step, seconds = job.result()
+            self.plot_steps.append(step)
+            self.plot_seconds += seconds
 
     def _plot_failed(self, exc: BaseException) -> None:
         self.plots = False

@@ -316,7 +316,8 @@ def fan_chart(
     """
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(7, 5 if history else 3.6), dpi=80, layout="constrained")
+    figure = Figure(figsize=(7, 5 if history else 3.6), dpi=80)
+    figure.subplots_adjust(left=0.1, right=0.97, top=0.93, bottom=0.1 if history else 0.13, hspace=0.12)  # fixed: faster than a layout engine
     if history:
         fan, below = figure.subplots(2, 1, sharex=True, height_ratios=(3, 1))
     else:
