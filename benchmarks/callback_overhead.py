@@ -13,9 +13,10 @@ step. It reports, as shares of the callback-free training time:
   training loop, which costs training time only where the cores are busy);
 * the difference in wall-clock training time, plots on against plots off.
 
-Tiny CPU steps are far faster than real GRPO steps, so these are upper bounds on
-the overhead of a real run. On a shared machine the wall-clock difference is
-noisy: the load average before and after is written beside the figures.
+Tiny CPU steps (one torch thread) are far faster than real GRPO steps, so these
+are upper bounds on the overhead of a real run. On a shared machine the
+wall-clock difference is noisy: the load average before and after is written
+beside the figures.
 
 Usage::
 
@@ -71,6 +72,9 @@ class _TimedCallback(PlateauStoppingCallback):
 def _train(steps: int, callbacks: list) -> float:
     set_seed(0)
     torch.manual_seed(0)
+    # One torch thread: on a shared machine, torch's threads spinning against other jobs made the
+    # tiny step 50 times slower (3.9 s instead of 0.07 s), which hid the callback's cost.
+    torch.set_num_threads(1)
     tokenizer = _fixture.build_tokenizer()
     config = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
