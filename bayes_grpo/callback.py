@@ -484,15 +484,21 @@ class PlateauStoppingCallback(TrainerCallback):
             run = wandb.run
         return writer, run
 
-    def _plot(self, args: TrainingArguments, state: TrainerState, step: int, fc: Forecast, decision: StopDecision, due: bool) -> None:
-        """Start drawing the fan chart of the check at ``step`` in the background when due and the trainer reports to TensorBoard or W&B."""
+    def _plot(
+        self, args: TrainingArguments, state: TrainerState, step: int, fc: Forecast, decision: StopDecision, due: bool, at_end: bool = False
+    ) -> None:
+        """Start drawing the fan chart of the check at ``step`` in the background when due and the trainer reports to TensorBoard or W&B.
+
+        During training a plot also waits for the last one and keeps within :data:`PLOT_BUDGET`; at the end it need not.
+        """
         if not (self.plots and state.is_world_process_zero and {"all", "tensorboard", "wandb"} & set(_reporters(args))):
             return
         try:
             self._collect_plot()
             self._last_plot = (step, fc, decision)
             busy = self._plot_job is not None and not self._plot_job.done()
-            if not due or busy or self.plot_seconds > PLOT_BUDGET * (time.perf_counter() - self._train_started):
+            over_budget = self.plot_seconds > PLOT_BUDGET * (time.perf_counter() - self._train_started)
+            if not due or (not at_end and (busy or over_budget)):
                 return  # not due, still drawing the last one, or over budget: training does not wait
             writer, run = self._targets()
             if writer is None and run is None:
@@ -544,7 +550,7 @@ class PlateauStoppingCallback(TrainerCallback):
                 self._collect_plot()
             if self._last_plot is not None and self.plots:
                 step, fc, decision = self._last_plot
-                self._plot(args, state, step, fc, decision, due=True)
+                self._plot(args, state, step, fc, decision, due=True, at_end=True)
                 if self._plot_job is not None:
                     self._plot_job.exception(timeout=PLOT_WAIT_S)
                     self._collect_plot()
