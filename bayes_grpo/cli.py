@@ -931,6 +931,7 @@ def _add_watch_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--threshold", type=_probability, default=STOP_THRESHOLD, help=f"stop when P(plateau) reaches this (default {STOP_THRESHOLD})")
     parser.add_argument("--tolerance", type=_non_negative_float, default=STOP_TOLERANCE, help=f"fraction of the reward scale that counts as no gain (default {STOP_TOLERANCE})")
     parser.add_argument("--seed", type=_non_negative_int, default=0, help="random seed of the forecast draws (default 0)")
+    _add_metric_args(parser)
     _add_run_metadata_args(parser)
 
 
@@ -945,7 +946,7 @@ def _run_watch(args: argparse.Namespace) -> int:
     updates = watch(
         args.log, model=_load_model(args.model) if args.model else None, family=args.family, params_b=args.params_b,
         total_steps=args.total_steps, reward_range=_reward_range(args), threshold=args.threshold,
-        tolerance=args.tolerance, poll=args.poll, once=args.once, seed=args.seed, encoding=args.encoding,
+        tolerance=args.tolerance, poll=args.poll, once=args.once, seed=args.seed, encoding=args.encoding, **_metric(args),
     )  # fmt: skip
     console = Console()
     plot = Path(args.plot) if args.plot else None

@@ -114,6 +114,8 @@ def watch(
     once: bool = False,
     seed: int = 0,
     encoding: str | None = None,
+    metric: str = "reward",
+    direction: str = "maximize",
 ) -> Iterator[WatchUpdate]:
     """Yield a forecast and stop decision each time the run at ``path`` logs new steps.
 
@@ -143,6 +145,9 @@ def watch(
         Seed of the forecast draws.
     encoding
         Text encoding of the log; default UTF-8.
+    metric, direction
+        The logged per-step metric to forecast and whether higher or lower is better, as for
+        :func:`~bayes_grpo.logs.read_log` (default: the summed reward, higher is better).
 
     Yields
     ------
@@ -161,7 +166,9 @@ def watch(
     if not (isinstance(poll, (int, float)) and poll > 0):
         raise BayesGrpoError(f"watch: poll must be a number of seconds > 0, got {poll!r}")
     source = Path(path)
-    metadata = dict(family=family, params_b=params_b, total_steps=total_steps, reward_range=reward_range, encoding=encoding)
+    metadata = dict(
+        family=family, params_b=params_b, total_steps=total_steps, reward_range=reward_range, encoding=encoding, metric=metric, direction=direction
+    )  # fmt: skip
     history: list[tuple[int, float]] = []
     seen: tuple | None = None
     reported: set[str] = set()

@@ -126,6 +126,18 @@ def test_cli_watch_once_prints_the_forecast_and_decision(tmp_path: Path, capsys:
     assert plot.read_bytes().startswith(b"\x89PNG")
 
 
+def test_watch_forecasts_another_metric_and_names_unknown_ones(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "run.csv"
+    rows = _rows(150).assign(**{"rewards/correctness/mean": lambda t: t["reward"] / 3})
+    rows.to_csv(path, index=False)
+    update = next(bg.watch(path, total_steps=300, once=True, metric="rewards/correctness/mean"))
+    assert update.run.metric == "rewards/correctness/mean"
+    assert update.run.rewards[-1] == pytest.approx(rows["reward"].iloc[-1] / 3)
+    assert main(["watch", str(path), "--once", "--total-steps", "300", "--metric", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "no metric 'nope'" in err and "rewards/correctness/mean" in err
+
+
 def test_cli_watch_follows_a_growing_log_until_its_planned_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rows = _rows(40)
     path = tmp_path / "run.csv"
