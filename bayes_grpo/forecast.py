@@ -273,10 +273,10 @@ class Forecast:
                 "GRPO has no learning signal left: over the last logged steps the completions of each group scored the same "
                 "(reward_std 0 or frac_reward_zero_std 1), so this reward gives the policy no gradient and will not rise by itself"
             )
-        missing = [name for name, value in (("reward_std", prepared.signal), ("frac_reward_zero_std", prepared.recent_zero_share)) if not np.isfinite(value)]
+        missing = [name for name, value in (("reward_std", prepared.recent_reward_std), ("frac_reward_zero_std", prepared.recent_zero_share)) if not np.isfinite(value)]
         if self.uses_signal and prepared.steps.size and "reward_std" in missing:
             notes.append(
-                f"the log has no {' or '.join(missing)} early in the run: the forecast cannot read how much the completions of a "
+                f"the log has no {' or '.join(missing)}: the forecast cannot read how much the completions of a "
                 "group still disagree (GRPO's learning signal) and is as wide as for a run whose signal is unknown"
             )
         if self.outside_population > OUTSIDE_POPULATION_WARN:

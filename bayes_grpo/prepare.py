@@ -50,9 +50,10 @@ SIGNAL_POINTS = 10
 #: Log relative spread that the covariate is centred on and its unit (about the median and SD
 #: over the bundled and the shared runs), and the range it is clipped to, in those units.
 SIGNAL_CENTRE, SIGNAL_SCALE, SIGNAL_CLIP = -0.3, 1.0, 3.0
-#: A run's latest completions carry no learning signal when the mean ``reward_std`` of its last
-#: :data:`SIGNAL_POINTS` logged steps is at most this share of its reward unit, or the share of
-#: groups with no spread (``frac_reward_zero_std``) is at least :data:`NO_SIGNAL_ZERO_SHARE`.
+#: A run's latest completions carry no learning signal when, at every one of its last
+#: :data:`SIGNAL_POINTS` logged steps, ``reward_std`` is at most this share of its reward unit or the
+#: share of groups with no spread (``frac_reward_zero_std``) is at least :data:`NO_SIGNAL_ZERO_SHARE`,
+#: and the logged reward did not move over those steps (:func:`no_learning_signal`).
 NO_SIGNAL_SPREAD = 1e-3
 NO_SIGNAL_ZERO_SHARE = 0.99
 # Initial reward (fraction of the range) that the population effects are centred on.
@@ -81,17 +82,13 @@ class PreparedRun:
     #: Mean ``reward_std`` and ``frac_reward_zero_std`` over the last logged steps (reward units; NaN when not logged).
     recent_reward_std: float = float("nan")
     recent_zero_share: float = float("nan")
+    #: The latest steps gave GRPO no learning signal (:func:`no_learning_signal`).
+    signal_exhausted: bool = False
 
     @property
     def has_signal(self) -> bool:
         """Whether the log carries ``reward_std`` early enough to read the learning signal."""
         return bool(np.isfinite(self.signal))
-
-    @property
-    def signal_exhausted(self) -> bool:
-        """Whether the latest steps gave GRPO no learning signal: every completion of a group scored the same."""
-        no_spread = np.isfinite(self.recent_reward_std) and self.recent_reward_std <= NO_SIGNAL_SPREAD * self.unit
-        return bool(no_spread or (np.isfinite(self.recent_zero_share) and self.recent_zero_share >= NO_SIGNAL_ZERO_SHARE))
 
     @property
     def kind_index(self) -> int:
@@ -187,6 +184,28 @@ def learning_signal(steps: np.ndarray, rewards: np.ndarray, reward_std: np.ndarr
     return float(np.clip((np.log(relative) - SIGNAL_CENTRE) / SIGNAL_SCALE, -SIGNAL_CLIP, SIGNAL_CLIP))
 
 
+def no_learning_signal(rewards: np.ndarray, reward_std: np.ndarray | None, zero_share: np.ndarray | None, unit: float) -> bool:
+    """Whether GRPO had no learning signal over the last :data:`SIGNAL_POINTS` logged steps, and nothing moved.
+
+    Every one of those steps logged no spread within its groups (``reward_std`` at most
+    :data:`NO_SIGNAL_SPREAD` of ``unit``, or ``frac_reward_zero_std`` at least
+    :data:`NO_SIGNAL_ZERO_SHARE`), and the logged reward was the same at all of them. The second
+    condition matters for logs of one small group a step: there a step without spread is common
+    by chance (a group of 2 completions of a prompt solved 30% of the time agrees 58% of the
+    time), the reward then jumps between steps, and later groups do disagree again (on the
+    shared runs two such runs recovered after 10 such steps).
+    """
+    rewards = np.asarray(rewards, dtype=float)[-SIGNAL_POINTS:]
+    if rewards.size < SIGNAL_POINTS or np.ptp(rewards) > 0:
+        return False
+    quiet = np.zeros(rewards.size, bool)
+    if reward_std is not None:
+        quiet |= np.asarray(reward_std, dtype=float)[-SIGNAL_POINTS:] <= NO_SIGNAL_SPREAD * unit
+    if zero_share is not None:
+        quiet |= np.asarray(zero_share, dtype=float)[-SIGNAL_POINTS:] >= NO_SIGNAL_ZERO_SHARE
+    return bool(quiet.all())
+
+
 def _recent_mean(values: np.ndarray | None) -> float:
     """Mean of the last :data:`SIGNAL_POINTS` finite values of a logged signal; NaN when there are none."""
     if values is None:
@@ -278,6 +297,7 @@ def prepare_run(
         signal=learning_signal(steps, rewards, reward_std, total) if steps.size else float("nan"),
         recent_reward_std=_recent_mean(reward_std),
         recent_zero_share=_recent_mean(zero_share),
+        signal_exhausted=no_learning_signal(rewards, reward_std, zero_share, unit),
     )
 
 

@@ -27,8 +27,9 @@ right:
 * ``flat_signal``: flat at 0.2 while its completions still disagree (plentiful
   learning signal), then a take-off centred at 75% to 0.8: a flat head that is
   not a plateau;
-* ``flat_no_signal``: flat at 0.2, with no learning signal from 10% on (every
-  group's completions score the same): a finished run.
+* ``flat_no_signal``: flat at 0.2, with no learning signal from 10% on: every
+  group's completions score the same, every step, so the logged reward no longer
+  moves at all (no noise): a finished run.
 
 **GRPO's signals.** Every run logs ``reward_std`` and ``frac_reward_zero_std`` as
 GRPO would (:func:`learning_signal`): a group can learn only while its completions
@@ -297,6 +298,8 @@ def make_run(
     steps = np.arange(1, total + 1)
     rng = np.random.default_rng([int(seed) % 2**32, zlib.crc32(spec.name.encode()), total, int(round(noise * 1e6))])
     rewards = level(spec.name, steps / total) + noise * rng.standard_normal(total)
+    if spec.name == "flat_no_signal":  # nothing varies any more: the same completions, the same rewards
+        rewards = np.where(steps / total >= NO_SIGNAL_FROM, level(spec.name, steps / total), rewards)
     if reward_range is not None:
         rewards = np.clip(rewards, *reward_range)
     spread, zero_share = learning_signal(spec.name, steps / total)

@@ -103,12 +103,19 @@ def test_a_run_without_learning_signal_is_stopped_and_told_why():
 
 
 def test_zero_share_alone_marks_a_run_without_signal():
-    rewards = np.full(80, 0.4) + 0.01 * np.random.default_rng(4).standard_normal(80)
+    rewards = np.full(80, 0.4)
     zero = np.ones(80)
     run = _run(rewards, np.full(80, 0.3), zero_share=zero)  # a batch-wide spread (TRL 1.x) with no group spread
     assert prepare_run(run).signal_exhausted
     zero[-3:] = 0.5
     assert not prepare_run(_run(rewards, np.full(80, 0.3), zero_share=zero)).signal_exhausted
+
+
+def test_groups_without_spread_but_a_moving_reward_are_not_a_finished_run():
+    """One small group a step: steps without spread come by chance and the reward jumps between them."""
+    rewards = np.tile([2.0, 0.0, 2.0, 2.0], 20)
+    assert not prepare_run(_run(rewards, np.zeros(80))).signal_exhausted
+    assert prepare_run(_run(np.full(80, 2.0), np.zeros(80))).signal_exhausted
 
 
 def test_plentiful_signal_is_named_when_the_run_goes_on():
