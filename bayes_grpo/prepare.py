@@ -278,8 +278,8 @@ def prepare_run(
     else:
         initial_cov = 0.0
     log10_size = float(np.log10(params_b)) if params_b and params_b > 0 else float("nan")
-    reward_std = run.reward_std if run is not None else None
-    zero_share = run.table["frac_reward_zero_std"].to_numpy(dtype=float) if run is not None and "frac_reward_zero_std" in run.table else None
+    reward_std = run.signal("reward_std") if run is not None else None  # NaN where not logged
+    zero_share = run.signal("frac_reward_zero_std") if run is not None else None
     return PreparedRun(
         run_id=run_id,
         family=family.lower() if isinstance(family, str) else None,
