@@ -727,7 +727,8 @@ def _run_rank(args: argparse.Namespace) -> int:
     ranking = model.rank(runs, total_steps=args.total_steps, family=args.family, params_b=args.params_b, beat=args.beat, seed=args.seed)
     print(
         f"{len(runs)} runs ranked by their final reward at step {int(ranking.total_steps[0])} (mean logged reward over the "
-        f"last 10% of the steps); p_best from {ranking.finals.shape[0]} joint draws ({ranking.component_ess:.0f} effective population draws)"
+        f"last 10% of the steps); p_best from {ranking.finals.shape[0]} joint draws of the runs as one sweep"
+        + (f", its shared effect measured on {ranking.finished_scores.size} finished run(s)" if ranking.finished_scores.size else "")
     )
     print(str(ranking))
     for note in ranking.caveats:

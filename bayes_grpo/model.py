@@ -198,7 +198,7 @@ class FittedModel:
         total_steps : int, optional
             Planned length of every run (default: the runs' metadata, which must agree).
         **kwargs
-            ``family``, ``params_b``, ``beat``, ``components``, ``n_draws``, ``joint_draws``, ``seed``
+            ``family``, ``params_b``, ``beat``, ``coupling``, ``n_draws``, ``joint_draws``, ``seed``
             (see :func:`bayes_grpo.sweeps.rank`).
 
         Returns

@@ -5,28 +5,38 @@ forecasts every run (:func:`bayes_grpo.forecast.forecast`) and combines the
 forecasts into **joint** draws of the runs' final rewards, from which it reads,
 per run, the forecast final reward (mean and quantiles), ``p_best`` (the
 probability that the run ends highest of those given) and ``p_beats(value)``
-(the probability that it ends above ``value``).
+(the probability that it ends above ``value``). The Optuna pruner
+(:class:`bayes_grpo.integrations.optuna.ForecastPruner`) reads its probabilities
+from the same joint draws.
 
-Why joint draws. Every forecast starts from the same population posterior: a
-run's parameters are drawn around one population draw (a mixture component of
-the forecast prior, :class:`~bayes_grpo.population.RunPrior`). The runs of one
-sweep share that draw, so they are not independent: a population draw with a
-slow rise makes every run of the sweep rise slowly. :func:`rank` makes this
-explicit. It takes ``components`` population draws ``c`` (the same for every
-run); for each forecast draw of a run's parameters ``theta`` it computes the
-probability that ``theta`` came from each ``c`` (its responsibility
-``N(theta; loc_c, scale_c)``, normalised over ``c``). Given ``c``, runs are
-independent, and the sweep's runs together say which population draws fit them:
-``P(c | all runs)`` is proportional to the product over runs of ``P(c | run)``
-(uniform prior over the draws). A joint draw picks ``c`` from that, then one
-forecast draw of every run from its draws weighted by their responsibility for
-``c``. The marginal of one run can therefore differ a little from its
-forecast alone: the other runs have informed the population.
+**A sweep is a source.** Its runs share a task, reward functions, model and
+length, so what the recipe does later (take off late, saturate early) moves them
+together, and their forecasts miss together. Measured on the shared real runs,
+cross-validated by source (``benchmarks/results/sweep_coupling.md``), in normal
+scores ``z = Phi^-1(F(final))`` of each run's real final under its forecast
+``F``: the core of the scores is close to calibrated, but a tenth of the runs
+seen at 20-30% of their plan end far above their forecast (late take-offs), and
+about half the variance of the scores' ranks is shared by the runs of one
+source. :class:`SweepCoupling` keeps, per share of the plan observed, the
+distribution ``G`` of real scores and that shared share ``rho``, and joint draws
+follow them through a Gaussian copula::
 
-Finished runs (logged up to the planned length) are not forecast forward: their
-final reward is their measured final-window mean
-(:func:`bayes_grpo.measures.final_reward`), without uncertainty. They are still
-conditioned on, so they inform the population draws like the others.
+    x_i = sqrt(rho) w + sqrt(1 - rho) e_i,    w, e_i ~ N(0, 1)
+    final_i = Q_i(G^-1(Phi(x_i)))
+
+with ``Q_i`` the run's forecast quantile in normal scores (:class:`ScoreMap`:
+interpolated between the forecast draws' quantiles, its tails continued
+linearly). The sweep's shared effect ``w`` is one draw for all its runs, so a
+difference between two runs is forecast with it cancelled: only the
+``sqrt(1 - rho)`` parts differ. It is conditioned on the sweep's **finished
+runs**: a finished run's score in its forecast from the share of the plan that
+the runs still going have reached is an observation of ``w``
+(:meth:`SweepCoupling.shared_effect`), so a sweep whose finished runs ended
+above their forecasts lifts the forecasts of the runs still going, and one whose
+runs ended below them lowers them. A finished run's own final is its measured
+final-window mean (:func:`bayes_grpo.measures.final_reward`), without
+uncertainty. :data:`FORECAST_ALONE` (``coupling=FORECAST_ALONE``) draws every run
+independently from its forecast as it is.
 """
 
 from __future__ import annotations
@@ -39,25 +49,33 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pandas as pd
-from scipy.special import logsumexp
+from scipy.stats import norm
 
 from bayes_grpo.errors import ModelError
 from bayes_grpo.forecast import Forecast
 from bayes_grpo.logs import RunLog
 from bayes_grpo.measures import final_reward
-from bayes_grpo.population import PARAMS, PopulationPosterior, RunPrior
+from bayes_grpo.population import PopulationPosterior
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
-#: Population draws the runs' joint draws are coupled through.
-COUPLING_COMPONENTS = 64
 #: Joint draws of the runs' final rewards.
 JOINT_DRAWS = 4000
 #: Forecast draws per run.
 RANK_FORECAST_DRAWS = 500
 #: Quantiles of the final reward in the ranking table.
 TABLE_QUANTILES = (0.05, 0.5, 0.95)
+#: Probability levels at which a forecast's draws are read into a :class:`ScoreMap` (finer in the tails,
+#: where a pruner's probabilities are decided).
+MAP_LEVELS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99)
+#: Fewest logged steps a finished run needs at the cut to be forecast from there (its score then informs the sweep).
+MIN_CUT_POINTS = 5
+#: Probability levels at which :class:`SweepCoupling` keeps the distribution of real scores.
+COUPLING_LEVELS = (0.02, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.98)
+#: Normal scores are kept within this many SDs (a value beyond a flat tail would otherwise be infinitely far).
+MAX_SCORE = 50.0
 
 
 class SweepModel(PopulationPosterior, Protocol):
@@ -66,8 +84,189 @@ class SweepModel(PopulationPosterior, Protocol):
     def forecast(self, run: RunLog | None = None, total_steps: int | None = None, **kwargs: Any) -> Forecast: ...
 
 
-#: Fewer effective population draws than this behind a ranking's joint draws is a caveat (:attr:`Ranking.caveats`).
-MIN_COMPONENT_ESS = 100
+@dataclass(frozen=True)
+class ScoreMap:
+    """A forecast's quantile function in normal scores: value at score ``z`` and score of a value.
+
+    Piecewise linear between the quantiles at ``levels`` (normal scores ``Phi^-1(level)``), continued
+    linearly beyond the outermost ones with the slope of the outermost two on each side (a normal tail
+    of the forecast's own width there), so scores beyond the draws still map to values.
+
+    Example
+    -------
+    >>> m = ScoreMap.from_draws(np.random.default_rng(0).normal(1.0, 0.5, 4000))
+    >>> round(float(m.value(0.0)), 1), round(float(m.score(1.5)), 1)
+    (1.0, 1.0)
+    """
+
+    scores: np.ndarray
+    values: np.ndarray
+
+    @classmethod
+    def from_quantiles(cls, levels: Sequence[float], quantiles: Sequence[float]) -> ScoreMap:
+        """From quantiles at probability ``levels`` (increasing, in (0, 1)); quantiles are made non-decreasing."""
+        return cls(norm.ppf(np.asarray(levels, float)), np.maximum.accumulate(np.asarray(quantiles, float)))
+
+    @classmethod
+    def from_draws(cls, draws: np.ndarray, levels: Sequence[float] = MAP_LEVELS) -> ScoreMap:
+        """From a forecast's draws (e.g. :attr:`Forecast.final` samples)."""
+        return cls.from_quantiles(levels, np.quantile(np.asarray(draws, float), levels))
+
+    def _slopes(self) -> tuple[float, float]:
+        z, q = self.scores, self.values
+        return (q[1] - q[0]) / (z[1] - z[0]), (q[-1] - q[-2]) / (z[-1] - z[-2])
+
+    def value(self, z: np.ndarray | float) -> np.ndarray:
+        """The value at normal score(s) ``z``."""
+        z = np.asarray(z, float)
+        low, high = self._slopes()
+        inside = np.interp(z, self.scores, self.values)
+        below = self.values[0] + (z - self.scores[0]) * low
+        above = self.values[-1] + (z - self.scores[-1]) * high
+        return np.where(z < self.scores[0], below, np.where(z > self.scores[-1], above, inside))
+
+    def score(self, value: float) -> float:
+        """The normal score of ``value`` (within +-:data:`MAX_SCORE`): ``Phi^-1`` of the forecast probability of at most it."""
+        low, high = self._slopes()
+        q, z = self.values, self.scores
+        if value < q[0]:
+            found = z[0] + (value - q[0]) / low if low > 0 else -np.inf
+        elif value > q[-1]:
+            found = z[-1] + (value - q[-1]) / high if high > 0 else np.inf
+        else:  # a flat stretch (tied quantiles) made strictly increasing by a negligible amount
+            found = np.interp(value, q + 1e-12 * np.arange(q.size), z)
+        return float(np.clip(found, -MAX_SCORE, MAX_SCORE))
+
+
+@dataclass(frozen=True)
+class SweepCoupling:
+    """How the forecasts of one sweep's runs miss together, in normal scores (module docstring).
+
+    Real finals, as normal scores ``z`` in their forecasts, are not standard normal: the core is
+    close to calibrated, but a tenth of the runs seen at 20-30% of their plan end far above their
+    forecast (a late take-off the curve did not expect). The coupling therefore keeps the scores'
+    **distribution** ``G`` per share of the plan (its quantiles at :data:`COUPLING_LEVELS`) and couples
+    runs through a Gaussian copula on ``x = Phi^-1(G(z))``::
+
+        x_i = sqrt(rho) w + sqrt(1 - rho) e_i,    z_i = G^-1(Phi(x_i)),    final_i = Q_i(z_i)
+
+    Attributes
+    ----------
+    fractions : tuple of float
+        Shares of the plan observed at which the figures were measured; between them they are
+        interpolated (quantile by quantile), beyond them the nearest is used.
+    score_quantiles : tuple of tuple of float
+        Per fraction, the quantiles of the real scores at :data:`COUPLING_LEVELS` (for calibrated forecasts
+        they would be ``Phi^-1`` of the levels).
+    correlation : tuple of float
+        Per fraction, the share of the variance of ``x`` shared by the runs of one sweep (``rho``, in [0, 1)).
+
+    Example
+    -------
+    >>> SWEEP_COUPLING.at(0.3).value(0.0)  # doctest: +SKIP
+    """
+
+    fractions: tuple[float, ...]
+    score_quantiles: tuple[tuple[float, ...], ...]
+    correlation: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.fractions or not len(self.fractions) == len(self.score_quantiles) == len(self.correlation):
+            raise ModelError("a SweepCoupling needs one row of score quantiles and one correlation per fraction")
+        if list(self.fractions) != sorted(set(self.fractions)):
+            raise ModelError(f"SweepCoupling fractions must increase, got {self.fractions}")
+        if any(len(row) != len(COUPLING_LEVELS) for row in self.score_quantiles) or not all(0 <= r < 1 for r in self.correlation):
+            raise ModelError(f"SweepCoupling needs {len(COUPLING_LEVELS)} score quantiles per fraction and correlations in [0, 1)")
+
+    def at(self, fraction: float) -> ScoreMap:
+        """The scores' distribution ``G`` at a share of the plan, as a map from ``x`` to ``z``."""
+        rows = np.asarray(self.score_quantiles, float)
+        quantiles = [np.interp(fraction, self.fractions, rows[:, j]) for j in range(rows.shape[1])]
+        return ScoreMap.from_quantiles(COUPLING_LEVELS, quantiles)
+
+    def rho(self, fraction: float) -> float:
+        """The shared share ``rho`` at a share of the plan."""
+        return float(np.interp(fraction, self.fractions, self.correlation))
+
+    def shared_effect(self, fraction: float, finished_scores: Sequence[float] = ()) -> tuple[float, float]:
+        """Mean and SD of the sweep's shared effect ``w`` given its finished runs' normal scores.
+
+        Each score ``z_j`` (a finished run's real final in its forecast from ``fraction`` of its plan)
+        gives ``x_j = Phi^-1(G(z_j)) ~ N(sqrt(rho) w, 1 - rho)``; with the prior ``w ~ N(0, 1)`` the
+        posterior is Normal with precision ``1 + n rho / (1 - rho)``.
+        """
+        rho, spread = self.rho(fraction), self.at(fraction)
+        latent = np.array([spread.score(z) for z in finished_scores], float)
+        precision = 1.0 + latent.size * rho / (1.0 - rho)
+        return float(np.sqrt(rho) / (1.0 - rho) * latent.sum() / precision), float(1.0 / np.sqrt(precision))
+
+    def draw_scores(
+        self, fraction: float, n_runs: int, size: int, rng: np.random.Generator, finished_scores: Sequence[float] = ()
+    ) -> np.ndarray:
+        """(size, n_runs) joint normal scores ``z`` of ``n_runs`` forecast runs of one sweep: one shared ``w``
+        per row, drawn from :meth:`shared_effect`, and an own part per run."""
+        rho = self.rho(fraction)
+        mean, spread = self.shared_effect(fraction, finished_scores)
+        shared = mean + spread * rng.standard_normal((size, 1))
+        latent = np.sqrt(rho) * shared + np.sqrt(1.0 - rho) * rng.standard_normal((size, n_runs))
+        return self.at(fraction).value(latent)
+
+    @classmethod
+    def measure(cls, scores: pd.DataFrame, cap: int = 3, repeats: int = 50, seed: int = 0) -> SweepCoupling:
+        """The scores' quantiles and shared share per fraction, each source counted as at most ``cap`` runs.
+
+        Parameters
+        ----------
+        scores : DataFrame
+            Columns ``fraction``, ``source`` and ``score``: each held-out run's real final as a normal
+            score in its forecast (:meth:`ScoreMap.score`), one row per run and fraction.
+        cap, repeats, seed
+            Every figure is averaged over ``repeats`` random picks of at most ``cap`` runs per source.
+            The shared share is the one-way ANOVA intraclass correlation of ``x = Phi^-1(G(z))`` (ranks
+            of the scores, so a few far misses do not decide it) over the sources with two or more runs,
+            clipped to [0, 0.95].
+
+        Returns
+        -------
+        SweepCoupling
+        """
+        rng = np.random.default_rng(seed)
+        fractions, quantiles, rho = [], [], []
+        for fraction, group in scores.groupby("fraction"):
+            picks = [group.sample(frac=1.0, random_state=rng.integers(2**31)).groupby("source").head(cap) for _ in range(repeats)]
+            fractions.append(float(fraction))
+            quantiles.append(tuple(float(v) for v in np.mean([np.quantile(pick["score"], COUPLING_LEVELS) for pick in picks], axis=0)))
+            latent = [pick.assign(score=norm.ppf((pick["score"].rank() - 0.5) / len(pick))) for pick in picks]
+            rho.append(float(np.clip(np.mean([_intraclass_correlation(pick) for pick in latent]), 0.0, 0.95)))
+        return cls(tuple(fractions), tuple(quantiles), tuple(rho))
+
+
+def _intraclass_correlation(frame: pd.DataFrame) -> float:
+    """One-way ANOVA intraclass correlation of ``score`` within ``source`` (sources with at least two rows)."""
+    groups = [g.to_numpy() for _, g in frame.groupby("source")["score"] if len(g) >= 2]
+    if len(groups) < 2:
+        return 0.0
+    n, k = sum(map(len, groups)), len(groups)
+    grand = np.concatenate(groups).mean()
+    between = sum(len(g) * (g.mean() - grand) ** 2 for g in groups) / (k - 1)
+    within = sum(((g - g.mean()) ** 2).sum() for g in groups) / (n - k)
+    size = (n - sum(len(g) ** 2 for g in groups) / n) / (k - 1)
+    return float((between - within) / (between + (size - 1) * within))
+
+
+#: The coupling measured on the shared real runs, cross-validated by source, sources capped at 3 runs
+#: (``benchmarks/sweep_coupling.py``; ``benchmarks/results/sweep_coupling.csv`` holds the same figures).
+SWEEP_COUPLING = SweepCoupling(
+    fractions=(0.2, 0.3, 0.5),
+    score_quantiles=(
+        (-3.04, -1.23, -0.91, -0.47, 0.15, 1.58, 7.30, 10.00, 13.21),
+        (-2.13, -1.86, -1.26, -0.61, 0.02, 1.04, 4.75, 8.57, 11.23),
+        (-4.31, -2.11, -1.35, -0.47, -0.04, 0.43, 1.79, 2.13, 2.90),
+    ),
+    correlation=(0.39, 0.53, 0.62),
+)
+#: Every run drawn independently from its forecast as it is (no sweep coupling, no calibration).
+FORECAST_ALONE = SweepCoupling(fractions=(0.0,), score_quantiles=(tuple(norm.ppf(COUPLING_LEVELS)),), correlation=(0.0,))
 
 
 @dataclass
@@ -90,10 +289,15 @@ class Ranking:
     forecasts : list of Forecast
         Each run's own forecast (trajectories for :meth:`plot`).
     picks : ndarray
-        (n_joint_draws, n_runs) which draw of each forecast every joint draw took.
-    component_ess : float
-        Effective number of population draws the joint draws rest on (``1 / sum w_c^2``): near 1
-        when the sweep's runs agree on one population draw, near ``components`` when they say little.
+        (n_joint_draws, n_runs) for each joint draw, the forecast draw of each run at its quantile (0 for finished runs).
+    fraction : float
+        Share of the plan the runs still going have reached (their median): where the coupling is read.
+    finished_scores : ndarray
+        Normal scores of the finished runs' finals in their forecasts from ``fraction`` of their plan:
+        what the sweep's shared effect was conditioned on (empty when no run has finished).
+    shared_effect : (float, float)
+        Mean and SD of the sweep's shared effect ``w`` (:meth:`SweepCoupling.shared_effect`): above 0
+        when the finished runs ended above their forecasts.
     beat : float or None
         The value of the table's ``p_beats`` column, when :func:`rank` was given one.
 
@@ -111,19 +315,16 @@ class Ranking:
     finals: np.ndarray
     forecasts: list[Forecast] = field(repr=False)
     picks: np.ndarray = field(repr=False)
-    component_ess: float = float("nan")
+    fraction: float = float("nan")
+    finished_scores: np.ndarray = field(default_factory=lambda: np.empty(0), repr=False)
+    shared_effect: tuple[float, float] = (0.0, 1.0)
     beat: float | None = None
 
     @property
     def caveats(self) -> list[str]:
-        """Plain-language warnings about the ranking (empty when there are none): joint draws that rest on
-        fewer than :data:`MIN_COMPONENT_ESS` effective population draws give rough ``p_best`` and ``p_beats``."""
-        if np.isfinite(self.component_ess) and self.component_ess < MIN_COMPONENT_ESS:
-            return [
-                f"p_best and p_beats rest on about {self.component_ess:.0f} effective population draws (fewer than {MIN_COMPONENT_ESS}): "
-                "the runs agree on few population draws, so these probabilities are rough to a few percent"
-            ]
-        return []
+        """Plain-language warnings about the ranking (empty when there are none): each forecast's own
+        caveats (rough draws, a run outside the population, a missing learning signal), with its run id."""
+        return [f"{run_id}: {note}" for run_id, fc, done in zip(self.run_ids, self.forecasts, self.finished) if not done for note in fc.caveats]
 
     @property
     def p_best(self) -> pd.Series:
@@ -176,7 +377,8 @@ class Ranking:
         return frame.sort_values(["p_best", "mean"], ascending=False, kind="stable").reset_index(drop=True)
 
     def trajectories(self, run_id: str) -> np.ndarray:
-        """The joint draws' trajectories of one run on its forecast grid: (n_joint_draws, grid size)."""
+        """The joint draws' trajectories of one run on its forecast grid: (n_joint_draws, grid size): for each joint draw,
+        the forecast draw at its quantile (a joint draw beyond all the forecast's draws shows the outermost one)."""
         i = self.run_ids.index(run_id)
         return self.forecasts[i].draws[self.picks[:, i]]
 
@@ -204,6 +406,37 @@ class Ranking:
         ax.legend(fontsize=7, loc="best")
         return ax
 
+    def plot_fans(self, columns: int = 4) -> Figure:
+        """One panel per run, side by side on a shared reward axis, best ``p_best`` first: the logged rewards, and for
+        runs still going the median, 50% and 90% bands of the joint draws, with the other runs' logs faint behind."""
+        import matplotlib.pyplot as plt
+
+        order = [self.run_ids.index(run_id) for run_id in self.table["run_id"]]
+        columns = max(1, min(columns, len(order)))
+        rows = -(-len(order) // columns)
+        figure, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 2.5 * rows), sharex=True, sharey=True, squeeze=False, layout="constrained")
+        p_best = self.p_best
+        for ax, i in zip(axes.flat, order):
+            for other in self.forecasts:
+                ax.plot(other.observed_steps, other.observed_rewards, color="0.85", lw=0.5)
+            fc = self.forecasts[i]
+            ax.plot(fc.observed_steps, fc.observed_rewards, color="C0", lw=0.7)
+            if self.finished[i]:
+                ax.plot([fc.total_steps], [self.finals[0, i]], "o", color="C0", ms=4)
+            else:
+                ahead = fc.steps >= (fc.last_observed_step or 0)
+                bands = np.quantile(self.trajectories(self.run_ids[i])[:, ahead], [0.05, 0.25, 0.5, 0.75, 0.95], axis=0)
+                ax.fill_between(fc.steps[ahead], bands[0], bands[4], color="C1", alpha=0.2, lw=0)
+                ax.fill_between(fc.steps[ahead], bands[1], bands[3], color="C1", alpha=0.35, lw=0)
+                ax.plot(fc.steps[ahead], bands[2], color="C1", lw=1.2)
+            ax.set_title(f"{self.run_ids[i][-28:]}\np_best {p_best.iloc[i]:.2f}", fontsize=8)
+            ax.tick_params(labelsize=7)
+        for ax in axes.flat[len(order):]:
+            ax.set_visible(False)
+        figure.supxlabel("step", fontsize=8)
+        figure.supylabel("reward", fontsize=8)
+        return figure
+
     def __str__(self) -> str:
         return self.table.to_string(index=False, float_format=lambda v: f"{v:.4g}")
 
@@ -216,7 +449,7 @@ def rank(
     family: str | None = None,
     params_b: float | None = None,
     beat: float | None = None,
-    components: int = COUPLING_COMPONENTS,
+    coupling: SweepCoupling = SWEEP_COUPLING,
     n_draws: int = RANK_FORECAST_DRAWS,
     joint_draws: int = JOINT_DRAWS,
     seed: int = 0,
@@ -236,8 +469,9 @@ def rank(
         Model family and size for every run (default: each run's metadata).
     beat : float, optional
         Add a ``p_beats`` column to the table: the probability of ending above this value.
-    components : int
-        Population draws the runs are coupled through (at most the model's draws).
+    coupling : SweepCoupling
+        How the runs' forecasts miss together (default :data:`SWEEP_COUPLING`, measured on real runs);
+        :data:`FORECAST_ALONE` draws each run independently from its forecast as it is.
     n_draws : int
         Forecast draws per run.
     joint_draws : int
@@ -264,32 +498,62 @@ def rank(
     _check_runs(runs)
     if beat is not None and not _is_finite_number(beat):
         raise ModelError(f"beat must be a finite number, got {beat!r}")
-    for name, value in (("components", components), ("n_draws", n_draws), ("joint_draws", joint_draws)):
+    if not isinstance(coupling, SweepCoupling):
+        raise ModelError(f"coupling must be a SweepCoupling (e.g. bayes_grpo.sweeps.SWEEP_COUPLING), got {coupling!r}")
+    for name, value in (("n_draws", n_draws), ("joint_draws", joint_draws)):
         if not isinstance(value, (int, np.integer)) or value < 2:
             raise ModelError(f"{name} must be a whole number of at least 2, got {value!r}")
     total = _planned_length(runs, total_steps)
-    n_population = next(iter(model.population_arrays().values())).shape[-1]
-    rng = np.random.default_rng([seed, n_population])
-    draws = coupling_draws(model, components, rng)
-    forecasts, finals, log_resp = [], [], []
-    for run in runs:
-        fc = model.forecast(run, total_steps=total, family=family, params_b=params_b, n_draws=n_draws, seed=_run_seed(seed, run.run_id))
-        forecasts.append(fc)
-        done = run.last_step >= total
-        finals.append(np.full(n_draws, final_reward(run.rewards)) if done else fc.final.samples)
-        log_resp.append(log_responsibilities(model, fc, draws, rng))
-    finals_arr, picks, ess = joint_finals(finals, log_resp, joint_draws, rng)
+    finished = np.array([run.last_step >= total for run in runs])
+    options = {"total_steps": total, "family": family, "params_b": params_b, "n_draws": n_draws}
+    forecasts = [model.forecast(run, seed=_run_seed(seed, run.run_id), **options) for run in runs]
+    going = [i for i in range(len(runs)) if not finished[i]]
+    fraction = float(np.median([runs[i].last_step / total for i in going])) if going else 1.0
+    scores = np.array([_finished_score(model, run, fraction, total, options, seed) for run, done in zip(runs, finished) if done and going])
+    scores = scores[np.isfinite(scores)]
+    rng = np.random.default_rng([seed, len(runs)])
+    z = coupling.draw_scores(fraction, len(going), joint_draws, rng, scores)
+    finals = np.empty((joint_draws, len(runs)))
+    picks = np.zeros((joint_draws, len(runs)), dtype=int)
+    for i, (run, fc) in enumerate(zip(runs, forecasts)):
+        if finished[i]:
+            finals[:, i] = final_reward(run.rewards)
+            continue
+        column = z[:, going.index(i)]
+        finals[:, i] = ScoreMap.from_draws(fc.final.samples).value(column)
+        picks[:, i] = _nearest_draws(fc.final.samples, column)
     return Ranking(
         run_ids=[run.run_id for run in runs],
         steps=np.array([run.last_step for run in runs]),
         total_steps=np.full(len(runs), total),
-        finished=np.array([run.last_step >= total for run in runs]),
-        finals=finals_arr,
+        finished=finished,
+        finals=finals,
         forecasts=forecasts,
         picks=picks,
-        component_ess=ess,
+        fraction=fraction,
+        finished_scores=scores,
+        shared_effect=coupling.shared_effect(fraction, scores),
         beat=None if beat is None else float(beat),
     )
+
+
+def _finished_score(model: SweepModel, run: RunLog, fraction: float, total: int, options: dict[str, Any], seed: int) -> float:
+    """A finished run's measured final as a normal score in its forecast from ``fraction`` of the plan (NaN when
+    it logged too little by then to be forecast)."""
+    cut = int(round(fraction * total))
+    if np.sum(run.steps <= cut) < MIN_CUT_POINTS:
+        return float("nan")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the cut forecast's own caveats are not the ranking's
+        fc = model.forecast(run.head(cut), seed=_run_seed(seed + 1, run.run_id), **options)
+    return ScoreMap.from_draws(fc.final.samples).score(final_reward(run.rewards))
+
+
+def _nearest_draws(samples: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """For each normal score, the forecast draw at (or nearest) that quantile: the trajectory a joint draw shows."""
+    order = np.argsort(samples, kind="stable")
+    position = np.clip((norm.cdf(z) * samples.size).astype(int), 0, samples.size - 1)
+    return order[position]
 
 
 def _is_finite_number(value: Any) -> bool:
@@ -332,79 +596,3 @@ def _planned_length(runs: Sequence[RunLog], total_steps: int | None) -> int:
 def _run_seed(seed: int, run_id: str) -> int:
     """A forecast seed for one run, stable whatever the order of the runs."""
     return (seed * 1_000_003 + zlib.crc32(run_id.encode())) % 2**32
-
-
-def unconstrained(params: dict[str, np.ndarray], gain_at: str) -> np.ndarray:
-    """Per-draw unconstrained parameters (columns :data:`~bayes_grpo.population.PARAMS`) from a forecast's
-    natural ones (:attr:`Forecast.params`): the inverse of :func:`bayes_grpo.population.natural`."""
-    gain = params["end_gain"] if gain_at == "plan_end" else params["gain"]
-    columns = {
-        "r0": params["r0"],
-        "asinh_gain": np.arcsinh(gain),
-        "log_tau": np.log(params["tau"]),
-        "log_beta": np.log(params["beta"]),
-        "log_sigma": np.log(params["sigma"]),
-    }
-    return np.column_stack([np.broadcast_to(columns[name], np.shape(params["r0"])) for name in PARAMS])
-
-
-def coupling_draws(model: PopulationPosterior, components: int, rng: np.random.Generator) -> np.ndarray:
-    """The population draws (sorted indices) a sweep's joint draws are coupled through, ``components`` of them at most."""
-    n_population = next(iter(model.population_arrays().values())).shape[-1]
-    return np.sort(rng.choice(n_population, size=min(components, n_population), replace=False))
-
-
-def log_responsibilities(model: PopulationPosterior, fc: Forecast, draws: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """(n_draws, len(draws)): log probability that each forecast draw's parameters came from each population draw,
-    plus the log of that draw's share of the forecast (so a logsumexp over the forecast draws is log P(c | run))."""
-    prior = RunPrior(model, fc.prepared, rng, n_components=1)
-    mean, sd = prior.mean[draws], prior.sd[draws]
-    theta = unconstrained(fc.params, model.model_config.gain_at)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a -inf log density at a parameter's boundary
-        z = (theta[:, None, :] - mean[None]) / sd[None]
-        log_density = -0.5 * np.sum(z**2, axis=2) - np.sum(np.log(sd), axis=1)[None]
-    log_density = np.where(np.isfinite(log_density), log_density, -np.inf)
-    normaliser = logsumexp(log_density, axis=1, keepdims=True)
-    return np.where(np.isfinite(normaliser), log_density - normaliser, -np.log(draws.size)) - np.log(theta.shape[0])
-
-
-def joint_finals(
-    finals: Sequence[np.ndarray], log_resp: Sequence[np.ndarray], size: int, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray, float]:
-    """Joint draws of several runs' final rewards, coupled through the population draws (module docstring).
-
-    Parameters
-    ----------
-    finals : sequence of ndarray
-        Per run, its forecast draws of the final reward (a measured final repeated, for a finished run).
-    log_resp : sequence of ndarray
-        Per run, :func:`log_responsibilities` of its forecast draws (one row per entry of ``finals``).
-    size : int
-        Joint draws to make.
-    rng : numpy.random.Generator
-
-    Returns
-    -------
-    (ndarray, ndarray, float)
-        ``(size, n_runs)`` joint final rewards, ``(size, n_runs)`` the forecast draw each took, and the
-        effective number of population draws they rest on.
-    """
-    log_resp_arr = np.stack(log_resp)  # (run, draw, component)
-    log_weight = logsumexp(log_resp_arr, axis=1).sum(axis=0)  # sum over runs of log P(c | run), up to constants
-    weight = np.exp(log_weight - logsumexp(log_weight))
-    chosen = rng.choice(weight.size, size=size, p=weight)
-    picks = np.column_stack([_pick_within(rng, resp, chosen) for resp in log_resp_arr])
-    joint = np.column_stack([np.asarray(f)[picks[:, i]] for i, f in enumerate(finals)])
-    return joint, picks, float(1.0 / np.sum(weight**2))
-
-
-def _pick_within(rng: np.random.Generator, log_resp: np.ndarray, chosen: np.ndarray) -> np.ndarray:
-    """For each joint draw, one forecast draw of a run, picked by its responsibility for the joint draw's population draw."""
-    weights = np.exp(log_resp - logsumexp(log_resp, axis=0, keepdims=True))  # (draw, component), columns sum to 1
-    cumulative = np.cumsum(weights, axis=0).T  # (component, draw)
-    cumulative[:, -1] = 1.0
-    offset = np.arange(cumulative.shape[0])[:, None]
-    flat = (cumulative + offset).ravel()  # monotone: component c occupies (c, c + 1]
-    position = np.searchsorted(flat, chosen + rng.random(chosen.size), side="right")
-    return np.minimum(position - chosen * cumulative.shape[1], cumulative.shape[1] - 1)

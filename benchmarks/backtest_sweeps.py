@@ -13,6 +13,14 @@ shared, as ``benchmarks/calibration.py`` loads them) are split into the same sou
 (``bayes_grpo.calibration.grouped_splits``, 5 folds, seed 0) with the same fit seeds, so with
 ``--cache`` the fold fits of the calibration benchmark are read instead of refitted.
 
+The ForecastPruner and ``rank`` treat each sweep as one source: its runs are coupled by a
+``bayes_grpo.sweeps.SweepCoupling`` measured (``benchmarks/sweep_coupling.py``) from the calibration
+benchmark's held-out forecasts of the other sources, never the sweep's own.
+
+The project's own held-out sweeps (``data/sweeps``, e.g. the learning-rate sweep) are replayed the
+same way with the shipped model (fitted without them) and reported apart, below the headline
+(``--no-bundled`` leaves them out).
+
 Scores per pruner, over the replays (sweeps x seeds), with each run's truth its smoothed final
 reward (``bayes_grpo.measures.smoothed`` at its last step, kernel SD 8% of its steps):
 
@@ -53,6 +61,8 @@ import bayes_grpo as bg
 from bayes_grpo import calibration, measures
 from bayes_grpo.integrations.optuna import ForecastPruner
 from bayes_grpo.parallel import map_jobs
+from bayes_grpo.sweeps import FORECAST_ALONE, SWEEP_COUPLING, SweepCoupling
+from sweep_coupling import normal_scores
 
 MIN_SWEEP_RUNS = 3
 #: Shares of the plan at which every run of a sweep is cut to score p_best.
@@ -71,6 +81,8 @@ class Sweep:
     runs: tuple[bg.RunLog, ...]
     model: bg.FittedModel
     fold: int
+    coupling: SweepCoupling = SWEEP_COUPLING
+    bundled: bool = False
 
     def truths(self) -> dict[str, float]:
         """Each run's smoothed final reward."""
@@ -100,17 +112,19 @@ P_BEST_TOLERANCE = 0.1
 
 #: The ForecastPruner settings replayed: the defaults first (the targets are judged on them).
 FORECAST_VARIANTS = {
-    "bayes_grpo ForecastPruner (defaults: threshold 0.05, from 50%, recalibrated)": {},
+    "bayes_grpo ForecastPruner (defaults: threshold 0.05, from 50%, the study as one sweep)": {},
     "bayes_grpo ForecastPruner (from 30%: min_fraction=0.3)": {"min_fraction": 0.3},
-    "bayes_grpo ForecastPruner (from 30%, forecast alone: min_fraction=0.3, recalibrate=False)": {"min_fraction": 0.3, "recalibrate": False},
+    "bayes_grpo ForecastPruner (from 30%, forecast alone: min_fraction=0.3, coupling=FORECAST_ALONE)": {"min_fraction": 0.3, "coupling": FORECAST_ALONE},
 }
 
 
-def pruners(total_steps: int, model: bg.FittedModel, check_interval: float) -> dict[str, Callable[[], optuna.pruners.BasePruner]]:
-    """Name -> a fresh pruner for one replay of a sweep planned for ``total_steps``."""
+def pruners(total_steps: int, model: bg.FittedModel, check_interval: float, coupling: SweepCoupling = SWEEP_COUPLING) -> dict[str, Callable[[], optuna.pruners.BasePruner]]:
+    """Name -> a fresh pruner for one replay of a sweep planned for ``total_steps`` (``coupling``: the ForecastPruner's
+    sweep coupling where its variant does not name one)."""
     warmup = int(round(0.3 * total_steps))
     made: dict[str, Callable[[], optuna.pruners.BasePruner]] = {
-        name: (lambda options=options: RecordingPruner(model, check_interval=check_interval, **options)) for name, options in FORECAST_VARIANTS.items()
+        name: (lambda options=options: RecordingPruner(model, check_interval=check_interval, **{"coupling": coupling, **options}))
+        for name, options in FORECAST_VARIANTS.items()
     }
     made.update({
         "Optuna MedianPruner (defaults: 5 startup trials, no warm-up)": lambda: optuna.pruners.MedianPruner(),
@@ -161,7 +175,7 @@ def replay(job: ReplayJob) -> tuple[list[dict], list[dict]]:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.simplefilter("ignore")
     sweep = job.sweep
-    pruner = pruners(sweep.total_steps, sweep.model, job.check_interval)[job.pruner]()
+    pruner = pruners(sweep.total_steps, sweep.model, job.check_interval, sweep.coupling)[job.pruner]()
     study = optuna.create_study(direction="maximize", pruner=pruner, sampler=optuna.samplers.RandomSampler(seed=job.seed))
     order = np.random.default_rng(job.seed).permutation(len(sweep.runs))
     trials, timings = [], {}
@@ -236,10 +250,9 @@ def rank_checks(sweeps: Sequence[Sweep], seed: int) -> pd.DataFrame:
         best = max(truth, key=truth.get)
         for fraction in RANK_FRACTIONS:
             heads = [measures.cut(run, fraction, sweep.total_steps) for run in sweep.runs]
-            ranking = sweep.model.rank(heads, total_steps=sweep.total_steps, seed=seed)
+            ranking = sweep.model.rank(heads, total_steps=sweep.total_steps, seed=seed, coupling=sweep.coupling)
             p_best = ranking.p_best
-            rows += [{"sweep": sweep.name, "fraction": fraction, "run_id": r, "p_best": float(p_best[r]), "best": r == best,
-                      "component_ess": ranking.component_ess} for r in ranking.run_ids]  # fmt: skip
+            rows += [{"sweep": sweep.name, "fraction": fraction, "run_id": r, "p_best": float(p_best[r]), "best": r == best} for r in ranking.run_ids]  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -260,6 +273,7 @@ def load_sweeps(args: argparse.Namespace) -> list[Sweep]:
     splits = calibration.grouped_splits(runs, sources, args.folds, args.seed)
     fold_of = {run.run_id: fold for fold, (_, test) in enumerate(splits) for run in test}
     models: dict[int, bg.FittedModel] = {}
+    scores = normal_scores(pd.read_csv(args.coupling_runs))
     sweeps = []
     for name, source, total, members in found:
         fold = fold_of[members[0].run_id]
@@ -268,7 +282,23 @@ def load_sweeps(args: argparse.Namespace) -> list[Sweep]:
             assert not any(sources[r.run_id] == source for r in train)
             models[fold], cached = calibration.cached_fit_fold(train, fit_options(args.draws, args.chains), args.seed + fold, args.cache)
             print(f"fold {fold + 1}/{args.folds}: {len(train)} training runs, {'read from the cache' if cached else 'fitted'}", flush=True)
-        sweeps.append(Sweep(name, source, total, tuple(members), models[fold], fold))
+        coupling = SweepCoupling.measure(scores[scores["source"] != source])  # measured without the sweep's own source
+        sweeps.append(Sweep(name, source, total, tuple(members), models[fold], fold, coupling))
+    return sweeps
+
+
+def load_bundled_sweeps() -> list[Sweep]:
+    """The project's own held-out sweeps (``data/sweeps``), pruned by the shipped model, which was fitted without them."""
+    from bayes_grpo.settings import bundled_sweep_dir
+
+    model = bg.default_model()
+    sweeps = []
+    for folder in sorted(bundled_sweep_dir("lr").parent.iterdir()):
+        runs = bg.load_runs(folder)
+        totals = {run.total_steps for run in runs}
+        if len(runs) >= MIN_SWEEP_RUNS and len(totals) == 1:
+            name = f"bundled {folder.name} sweep ({runs[0].meta.extra.get('task', 'task')}, {totals.pop()} steps)"
+            sweeps.append(Sweep(name, f"bundled:{folder.name}", int(runs[0].total_steps), tuple(runs), model, -1, SWEEP_COUPLING, bundled=True))
     return sweeps
 
 
@@ -276,6 +306,11 @@ def write(
     args: argparse.Namespace, sweeps: list[Sweep], trials: pd.DataFrame, replays: pd.DataFrame, checks: pd.DataFrame, ranks: pd.DataFrame, speed: dict, seconds: float
 ) -> str:
     """Write the csv files and the markdown report; return the markdown."""
+    bundled_names = {s.name for s in sweeps if s.bundled}
+    own = replays[replays["sweep"].isin(bundled_names)]
+    replays = replays[~replays["sweep"].isin(bundled_names)]
+    own_ranks = ranks[ranks["sweep"].isin(bundled_names)]
+    ranks = ranks[~ranks["sweep"].isin(bundled_names)]
     table = summary(replays)
     args.out.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.out / "backtest_sweeps.csv", index=False)
@@ -293,7 +328,7 @@ def write(
     judged = p_best[p_best["count"] >= P_BEST_MIN_COUNT]
     beats = timed.dropna(subset=["p_beats"])
     p_beats = reliability(beats["p_beats"], beats["ends_above_bar"])
-    sweep_rows = pd.DataFrame([{"sweep": s.name, "runs": len(s.runs), "fold": s.fold + 1, "spread": s.spread(),
+    sweep_rows = pd.DataFrame([{"sweep": s.name, "runs": len(s.runs), "fold": "shipped model" if s.bundled else s.fold + 1, "spread": s.spread(),
                                 "best run": max(s.truths(), key=s.truths().get)} for s in sweeps])  # fmt: skip
     targets = [
         f"- true best run pruned in <= 5% of replays: {ours['best pruned']:.1%} ({int(round(ours['best pruned'] * ours['replays']))} of {int(ours['replays'])}): {verdict(ours['best pruned'] <= 0.05)}",
@@ -315,7 +350,7 @@ def write(
         f"(load average {speed['load_replays']:.1f} on 2 cores): {verdict(timed['should_prune_seconds'].quantile(0.95) <= 0.2)} (95th percentile)",
     ]
     parts = [
-        "# Sweep pruning on the shared real sweeps\n\n",
+        "# Sweep pruning on the shared real sweeps (and, apart, the project's own)\n\n",
         provenance(seconds),
         f"Package code: {package_code()}.\n",
         f"\n{len(sweeps)} sweeps (runs of one source, recipe and planned length, at least {MIN_SWEEP_RUNS} runs), each replayed "
@@ -324,21 +359,31 @@ def write(
         f"fit options {fit_options(args.draws, args.chains) or 'package defaults'}; the model never saw the sweep's source). "
         f"The ForecastPruner checks every {args.check_interval:.0%} of the plan (`check_interval={args.check_interval:g}`) from its `min_fraction` on; "
         "Optuna's pruners are asked after every reported step. Truth = smoothed final reward; regret in units of the sweep's "
-        "10-90% reward spread.\n\n",
+        "10-90% reward spread. The ForecastPruner and `rank` couple each sweep's runs with a `SweepCoupling` measured "
+        f"(`benchmarks/sweep_coupling.py`, from `{args.coupling_runs.name}`) without the sweep's own source.\n\n",
         markdown(sweep_rows),
         "\n## Targets\n\n", "\n".join(targets), "\n\n",
         "## Per pruner, over all replays\n\n", markdown(table),
         "\n## Per sweep\n\n", markdown(per_sweep(replays)),
         "\n## Reliability of p_best\n\n",
         f"Every run of a sweep cut at {', '.join(f'{f:.0%}' for f in RANK_FRACTIONS)} of the plan and ranked with `model.rank` "
-        f"(joint draws); outcome = the run ends best. {len(ranks)} (run, cut) pairs, {int(ranks['best'].sum())} of them the best run. "
-        f"Median effective population draws of the joint draws: {ranks['component_ess'].median():.1f} of 64.\n\n",
+        f"(joint draws); outcome = the run ends best. {len(ranks)} (run, cut) pairs, {int(ranks['best'].sum())} of them the best run.\n\n",
         markdown(p_best),
         "\n## Reliability of the pruner's P(final > bar) at its checks\n\n",
         f"Every check of `{ours['pruner']}` in every replay ({len(beats)} checks); outcome = the run's real final reward "
         "(mean of its last 10% of logged steps) ends above the bar the check used.\n\n",
         markdown(p_beats),
     ]  # fmt: skip
+    if not own.empty:
+        parts += [
+            "\n## The project's own sweeps (bundled; not the headline)\n\n",
+            "Held-out sweeps this project generated (`data/sweeps`, one recipe, one setting varied), pruned by the **shipped** "
+            "model, which was fitted on `data/runs` without them (but on runs of the same generator and tasks: easier than a "
+            "stranger's sweep). Same replays and scores as above; the sweep coupling is the shipped `SWEEP_COUPLING`.\n\n",
+            markdown(summary(own)),
+            "\nReliability of p_best on these sweeps (every run cut as above):\n\n",
+            markdown(reliability(own_ranks["p_best"], own_ranks["best"])),
+        ]
     text = "".join(parts)
     (args.out / "backtest_sweeps.md").write_text(text)
     return text
@@ -357,12 +402,15 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1, help="local worker processes for the replays (default 1)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder to write the results to (default benchmarks/results)")
+    parser.add_argument("--no-bundled", action="store_true", help="leave out the project's own bundled sweeps (data/sweeps)")
+    parser.add_argument("--coupling-runs", type=Path, default=RESULTS / "calibration_runs.csv",
+                        help="held-out forecasts the sweep coupling is measured from, each sweep's source left out (default results/calibration_runs.csv)")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
     started = time.perf_counter()
-    sweeps = load_sweeps(args)
+    sweeps = load_sweeps(args) + ([] if args.no_bundled else load_bundled_sweeps())
     names = list(pruners(100, sweeps[0].model, args.check_interval))
     jobs = [ReplayJob(s, seed, name, args.check_interval) for s in sweeps for seed in range(args.seeds) for name in names]
     results = map_jobs(replay, jobs, n_jobs=args.jobs, progress=not args.quiet, desc="replays", name=lambda job: job.name)

@@ -16,8 +16,7 @@ from bayes_grpo.cli import main
 from bayes_grpo.errors import BayesGrpoError, ModelError
 from bayes_grpo.integrations.optuna import ForecastPruner
 from bayes_grpo.measures import final_reward
-from bayes_grpo.population import PARAMS, natural
-from bayes_grpo.sweeps import Ranking, rank, unconstrained
+from bayes_grpo.sweeps import FORECAST_ALONE, MAX_SCORE, SWEEP_COUPLING, Ranking, ScoreMap, SweepCoupling, rank
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 TOTAL = 300  # every bundled run plans 300 steps
@@ -88,20 +87,67 @@ def test_the_same_seed_gives_the_same_ranking_whatever_the_order(model: bg.Fitte
     pd.testing.assert_series_equal(forward, again)
 
 
-def test_joint_draws_come_from_each_runs_own_forecast_draws(ranking: Ranking) -> None:
+def test_joint_draws_follow_each_runs_forecast_quantiles(ranking: Ranking) -> None:
+    """Read as the coupling's distribution of real scores, each run's joint finals sit at its forecast's quantiles."""
     for i, fc in enumerate(ranking.forecasts):
         if not ranking.finished[i]:
-            assert np.isin(ranking.finals[:, i], fc.final.samples).all()
+            scores = np.array([ScoreMap.from_draws(fc.final.samples).score(v) for v in ranking.finals[:100, i]])
+            np.testing.assert_allclose(ScoreMap.from_draws(fc.final.samples).value(scores), ranking.finals[:100, i], atol=1e-9)
         assert ranking.trajectories(ranking.run_ids[i]).shape == (ranking.finals.shape[0], fc.steps.size)
-    assert 1.0 <= ranking.component_ess <= 64.0
+    assert ranking.finished_scores.size == 1 and ranking.fraction == pytest.approx(0.4)
 
 
-def test_unconstrained_inverts_the_models_natural_parameters(model: bg.FittedModel, runs: bg.RunSet) -> None:
-    fc = model.forecast(runs[0].head(100), n_draws=200)
-    theta = unconstrained(fc.params, model.model_config.gain_at)
-    again = natural(dict(zip(PARAMS, theta.T)), model.model_config)
-    for name in ("r0", "gain", "tau", "sigma"):
-        np.testing.assert_allclose(again[name], fc.params[name], rtol=1e-9)
+def test_forecast_alone_keeps_each_runs_forecast_and_draws_runs_independently(model: bg.FittedModel, runs: bg.RunSet) -> None:
+    heads = [runs[i].head(120) for i in range(3)]
+    alone = rank(model, heads, total_steps=TOTAL, coupling=FORECAST_ALONE, joint_draws=20_000)
+    for i, fc in enumerate(alone.forecasts):
+        np.testing.assert_allclose(np.quantile(alone.finals[:, i], [0.1, 0.5, 0.9]), np.quantile(fc.final.samples, [0.1, 0.5, 0.9]), atol=0.03 * np.ptp(fc.final.samples))
+    assert abs(np.corrcoef(alone.finals.T)[0, 1]) < 0.05
+
+
+def test_a_sweeps_runs_are_drawn_together_so_their_difference_is_narrower(model: bg.FittedModel, runs: bg.RunSet) -> None:
+    """The shared effect makes two runs' finals correlate, so their difference spreads less than independent draws' would."""
+    heads = [runs[i].head(90) for i in range(2)]
+    coupled = rank(model, heads, total_steps=TOTAL, joint_draws=20_000).finals
+    rho = SWEEP_COUPLING.rho(90 / TOTAL)
+    assert np.corrcoef(coupled.T)[0, 1] > 0.5 * rho
+    shuffled = np.column_stack([coupled[:, 0], np.random.default_rng(0).permutation(coupled[:, 1])])
+    assert np.std(coupled[:, 0] - coupled[:, 1]) < 0.9 * np.std(shuffled[:, 0] - shuffled[:, 1])
+
+
+def test_finished_runs_above_their_forecasts_lift_the_runs_still_going(model: bg.FittedModel) -> None:
+    """Two finished late risers ended far above their forecasts from 30%: the sweep's shared effect is positive and the
+    third riser's forecast is lifted above its forecast alone."""
+    riser = lambda seed: bg.read_log(pd.DataFrame({"step": np.arange(1, 101), "reward": _late_riser(seed)}), run_id=f"riser-{seed}", total_steps=100)
+    sweep = [riser(0), riser(1), riser(2).head(30)]
+    coupled = rank(model, sweep, seed=0)
+    assert coupled.finished_scores.size == 2 and np.all(coupled.finished_scores > 1.0)
+    assert coupled.shared_effect[0] > 0.5 and coupled.shared_effect[1] < 1.0
+    alone = rank(model, sweep, seed=0, coupling=FORECAST_ALONE)
+    assert np.median(coupled.finals[:, 2]) > np.median(alone.finals[:, 2]) + 0.05
+
+
+def test_score_map_round_trips_and_continues_its_tails() -> None:
+    draws = np.random.default_rng(0).normal(2.0, 0.5, 20_000)
+    m = ScoreMap.from_draws(draws)
+    for z in (-4.0, -1.0, 0.0, 0.7, 3.0):
+        assert m.score(float(m.value(z))) == pytest.approx(z, abs=1e-6)
+    assert float(m.value(0.0)) == pytest.approx(2.0, abs=0.02) and float(m.value(4.0)) == pytest.approx(4.0, abs=0.1)
+    flat = ScoreMap.from_draws(np.full(100, 0.3))
+    assert float(flat.value(5.0)) == 0.3 and flat.score(0.4) == MAX_SCORE and flat.score(0.2) == -MAX_SCORE
+
+
+def test_sweep_coupling_is_checked_and_measured_from_scores() -> None:
+    with pytest.raises(ModelError, match="one row of score quantiles"):
+        SweepCoupling(fractions=(0.2, 0.3), score_quantiles=((0.0,) * 9,), correlation=(0.1, 0.1))
+    with pytest.raises(ModelError, match="correlations in \\[0, 1\\)"):
+        SweepCoupling(fractions=(0.2,), score_quantiles=((0.0,) * 9,), correlation=(1.0,))
+    rng = np.random.default_rng(0)
+    shared = np.repeat(rng.standard_normal(60), 3)  # 60 sources of 3 runs, half the variance shared
+    frame = pd.DataFrame({"fraction": 0.3, "source": np.repeat(np.arange(60), 3), "score": np.sqrt(0.5) * shared + np.sqrt(0.5) * rng.standard_normal(180)})
+    measured = SweepCoupling.measure(frame, repeats=3)
+    assert measured.fractions == (0.3,) and measured.rho(0.3) == pytest.approx(0.5, abs=0.15)
+    assert measured.at(0.3).value(0.0) == pytest.approx(0.0, abs=0.25)
 
 
 @pytest.mark.parametrize(
@@ -312,10 +358,11 @@ def _late_riser(seed: int, total: int = 100) -> np.ndarray:
     return 0.05 + 1.0 / (1.0 + (0.55 / t) ** 12) + 0.03 * np.random.default_rng(seed).standard_normal(total)
 
 
-@pytest.mark.parametrize("recalibrate", [True, False])
-def test_finished_trials_that_beat_their_forecasts_make_the_pruner_wait(model: bg.FittedModel, recalibrate: bool) -> None:
-    """Two finished late risers ended above their forecasts from 30%: recalibrated, a third one is not pruned there."""
-    pruner = ForecastPruner(model, total_steps=100, min_fraction=0.3, check_interval=0.1, recalibrate=recalibrate)
+@pytest.mark.parametrize("coupled", [True, False])
+def test_finished_trials_that_beat_their_forecasts_make_the_pruner_wait(model: bg.FittedModel, coupled: bool) -> None:
+    """Two finished late risers ended above their forecasts from 30%: as one sweep, a third one is not pruned there."""
+    coupling = SWEEP_COUPLING if coupled else FORECAST_ALONE
+    pruner = ForecastPruner(model, total_steps=100, min_fraction=0.3, check_interval=0.1, coupling=coupling)
     study = optuna.create_study(direction="maximize", pruner=pruner)
     finished = [_late_riser(seed) for seed in (0, 1)]
     for rewards in finished:  # finished elsewhere (never checked by this pruner): their forecasts are made when needed
@@ -325,8 +372,8 @@ def test_finished_trials_that_beat_their_forecasts_make_the_pruner_wait(model: b
         trial.report(float(reward), step)
     probability, bar = pruner.beat_probability(study, study.trials[-1])  # type: ignore[misc]
     assert bar == pytest.approx(max(rewards[-10:].mean() for rewards in finished))
-    assert trial.should_prune() is (not recalibrate)
-    assert (probability >= 0.05) is recalibrate
+    assert trial.should_prune() is (not coupled)
+    assert (probability >= 0.05) is coupled
 
 
 def test_optuna_is_an_optional_extra_with_a_clear_message_when_missing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -341,3 +388,12 @@ def test_optuna_is_an_optional_extra_with_a_clear_message_when_missing(monkeypat
     monkeypatch.delitem(sys.modules, "bayes_grpo.integrations.optuna")
     with pytest.raises(ImportError, match=r"needs Optuna: pip install 'bayes_grpo\[optuna\]'"):
         importlib.import_module("bayes_grpo.integrations.optuna")
+
+
+def test_the_shipped_sweep_coupling_is_the_measured_one() -> None:
+    """SWEEP_COUPLING holds benchmarks/results/sweep_coupling.csv's figures (benchmarks/sweep_coupling.py), rounded to 2 decimals."""
+    table = pd.read_csv(Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "sweep_coupling.csv")
+    assert SWEEP_COUPLING.fractions == tuple(table["fraction"])
+    quantiles = table[[c for c in table.columns if c.startswith("z_q")]].to_numpy()
+    np.testing.assert_allclose(SWEEP_COUPLING.score_quantiles, quantiles.round(2), atol=1e-9)
+    np.testing.assert_allclose(SWEEP_COUPLING.correlation, table["correlation"].round(2), atol=1e-9)

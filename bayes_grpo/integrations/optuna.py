@@ -17,29 +17,19 @@ that set the **bar**:
   **stale**: it reported no new step while the trial asking went through
   :data:`STALE_SHARE` of its plan (its process died or hangs).
 
-The probability is read from **joint draws** of the trials' finals
-(:func:`bayes_grpo.sweeps.joint_finals`, as :func:`bayes_grpo.rank` makes them):
-the uncertainty of every forecast trial counts, and the trials are coupled
-through the population draws that fit them all. Trials without a valid planned
-length set no bar (one warning each). A trial whose latest report is not finite
-(NaN or infinite: its training diverged) is pruned at once, as Optuna's own
-pruners do.
-
-**Recalibration on the study's own trials.** The runs of one sweep share a recipe,
-so their forecasts tend to miss the same way: a recipe whose runs take off late is
-forecast too low for all of them. The study's finished trials measure that bias. At
-each check, every finished trial's forecast from the same share of its plan (made at
-its own check there, or now) is compared with its measured final: its PIT ``u_j``
-(the forecast probability of a final at most the measured one), as a normal score
-``z_j = Phi^-1(u_j)``. With calibrated forecasts the scores are standard normal; a
-sweep's bias ``d`` shifts them all, ``z_j ~ N(d, 1)``, and with a ``N(0, 1 / w)``
-prior on ``d`` (``w`` = :data:`MODEL_WEIGHT`: the model's calibration counts as ``w``
-finished trials) the bias is estimated as ``sum z_j / (n + w)`` with variance
-``1 / (n + w)``. A trial whose forecast gives probability ``p`` of ending above the
-bar then has ``Phi((Phi^-1(p) + sum z_j / (n + w)) / sqrt(1 + 1 / (n + w)))``. The
-pruner uses the larger of ``p`` and that, so the recalibration only makes it more
-cautious: where finished trials ended above their forecasts, or before any has, a
-small ``p`` is not taken at face value.
+The probability is read from **joint draws** of the trials' finals, made as
+:func:`bayes_grpo.rank` makes them (:mod:`bayes_grpo.sweeps`): **the study is one
+sweep**, and its trials' forecasts miss together. With ``coupling`` (default
+:data:`bayes_grpo.sweeps.SWEEP_COUPLING`, measured on real runs) every forecast trial's
+final is drawn through the distribution of real finals' normal scores at its share of
+the plan (heavy upper tail: late take-offs) with one shared sweep effect per joint
+draw, so the difference between two forecast trials has that shared part cancelled.
+The shared effect is conditioned on the study's **finished trials**: each one's
+measured final as a normal score in its forecast from the same share of its plan (made
+at its own check there, or now). A study whose finished trials ended above their
+forecasts lifts the others' forecasts, so the pruner waits; one whose trials ended
+where they were forecast lets it prune with confidence.
+``coupling=bayes_grpo.sweeps.FORECAST_ALONE`` trusts each forecast alone, independently.
 
 The pruner follows the study's direction: for ``"minimize"`` it forecasts the
 negated values (a falling loss is then a rising curve, the shape the population
@@ -65,12 +55,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-from scipy.stats import norm
 
 from bayes_grpo.errors import BayesGrpoError
 from bayes_grpo.logs import normalise_family, read_log
 from bayes_grpo.measures import final_reward
-from bayes_grpo.sweeps import COUPLING_COMPONENTS, JOINT_DRAWS, coupling_draws, joint_finals, log_responsibilities
+from bayes_grpo.sweeps import JOINT_DRAWS, SWEEP_COUPLING, ScoreMap, SweepCoupling
 
 try:
     from optuna.pruners import BasePruner
@@ -90,8 +79,6 @@ if TYPE_CHECKING:
 
 #: Fewest reported values a trial needs before it is forecast (fewer barely constrain its curve).
 MIN_POINTS = 5
-#: Prior precision of a sweep's forecast bias in normal scores: how many finished trials the model's own calibration counts as.
-MODEL_WEIGHT = 1.0
 #: A running trial that reports no new step while the asking trial goes through this share of its plan is stale (crashed, or hung): it sets no bar.
 STALE_SHARE = 0.2
 #: User attributes a trial may set to describe its run.
@@ -131,9 +118,9 @@ class ForecastPruner(BasePruner):
         Forecast draws per check (precision against speed); at least 100.
     seed : int
         Seed of the forecasts (each check's own, derived from this, the trial and the step).
-    recalibrate : bool
-        Guard the probability with its recalibration on the study's finished trials (module
-        docstring); False trusts the forecast alone.
+    coupling : SweepCoupling
+        How the study's forecasts miss together (module docstring); default
+        :data:`bayes_grpo.sweeps.SWEEP_COUPLING`, :data:`bayes_grpo.sweeps.FORECAST_ALONE` trusts each forecast alone.
 
     Raises
     ------
@@ -158,7 +145,7 @@ class ForecastPruner(BasePruner):
         params_b: float | None = None,
         n_draws: int = 500,
         seed: int = 0,
-        recalibrate: bool = True,
+        coupling: SweepCoupling = SWEEP_COUPLING,
     ) -> None:
         _require(model is None or callable(getattr(model, "forecast", None)), f"model must be a FittedModel (or None for the shipped one), got {model!r}")
         _require(_is_number(threshold) and 0 < threshold < 1, f"threshold must be a number between 0 and 1 (exclusive), got {threshold!r}")
@@ -173,10 +160,9 @@ class ForecastPruner(BasePruner):
         self.defaults = _run_description({"total_steps": total_steps, "family": family, "params_b": params_b}, "the pruner's arguments")
         self.n_draws = int(n_draws)
         self.seed = int(seed)
-        self.recalibrate = bool(recalibrate)
+        _require(isinstance(coupling, SweepCoupling), f"coupling must be a SweepCoupling (bayes_grpo.sweeps.SWEEP_COUPLING or FORECAST_ALONE), got {coupling!r}")
+        self.coupling = coupling
         self._finals: dict[tuple[int, int, int], np.ndarray] = {}
-        self._coupling: dict[int, tuple[tuple[int, int, int], np.ndarray]] = {}
-        self._draws: np.ndarray | None = None
         self._sightings: dict[tuple[int, int], tuple[int, float]] = {}
         self._watched: dict[int, int] = {}
         self._warned: set[int] = set()
@@ -208,7 +194,7 @@ class ForecastPruner(BasePruner):
         the median of the joint draws of the best other final. None also when the trial has fewer than
         :data:`MIN_POINTS` finite values, has finished its plan, its latest report is not finite, or no
         other trial sets a bar yet. Values are in the study's own units (for ``"minimize"``, "beyond"
-        means below). With ``recalibrate`` the probability is the recalibrated one (module docstring).
+        means below).
 
         Raises
         ------
@@ -229,16 +215,21 @@ class ForecastPruner(BasePruner):
         self._sight(trial, others, total)
         if not at_check:
             return None
-        own = self._forecast(trial.number, steps, values, description)  # also kept to recalibrate later trials' checks
+        own = self._final_samples(trial.number, steps, values, description)  # also kept: a finished trial's score later
         rivals = self._rivals(trial, others, sign, steps, values)
         if not rivals:
             return None
+        measured = [value for kind, value in rivals if kind == "measured"]
+        forecast = [own, *(samples for kind, samples in rivals if kind == "forecast")]
         rng = np.random.default_rng(zlib.crc32(f"{self.seed}:{trial.number}:{int(steps[-1])}:joint".encode()))
-        joint, _, _ = joint_finals([own[0], *(finals for finals, _ in rivals)], [own[1], *(resp for _, resp in rivals)], JOINT_DRAWS, rng)
-        best_other = joint[:, 1:].max(axis=1)
-        probability = float(np.mean(joint[:, 0] > best_other))
-        if self.recalibrate:
-            probability = self._recalibrated(others, trial, probability, int(steps[-1] // self._interval(total)), sign)
+        fraction = float(steps[-1]) / total
+        scores = self._sweep_scores(others, int(steps[-1] // self._interval(total)), sign)
+        z = self.coupling.draw_scores(fraction, len(forecast), JOINT_DRAWS, rng, scores)
+        finals = np.column_stack([ScoreMap.from_draws(samples).value(z[:, i]) for i, samples in enumerate(forecast)])
+        best_other = finals[:, 1:].max(axis=1) if finals.shape[1] > 1 else np.full(JOINT_DRAWS, -np.inf)
+        if measured:
+            best_other = np.maximum(best_other, max(measured))
+        probability = float(np.mean(finals[:, 0] > best_other))
         return probability, sign * float(np.median(best_other))
 
     # ---------------------------------------------------------------- internals
@@ -292,9 +283,9 @@ class ForecastPruner(BasePruner):
 
     def _rivals(
         self, trial: FrozenTrial, others: list[FrozenTrial], sign: float, steps: np.ndarray, values: np.ndarray
-    ) -> list[tuple[np.ndarray, np.ndarray]]:
-        """The final-reward draws and coupling responsibilities of every other trial that sets a bar for ``trial``
-        (whose finite reports are ``steps``, ``values``).
+    ) -> list[tuple[str, Any]]:
+        """Every other trial that sets a bar for ``trial`` (whose finite reports are ``steps``, ``values``):
+        ``("measured", final)`` or ``("forecast", final draws)``.
 
         A COMPLETE trial (or one logged to its plan) counts with its measured final-window mean, whatever
         its last step. A running one counts with its forecast draws from the steps it had at its latest
@@ -304,7 +295,7 @@ class ForecastPruner(BasePruner):
         description are left out (one warning each).
         """
         total = self._describe(trial)["total_steps"]
-        rivals = []
+        rivals: list[tuple[str, Any]] = []
         for other in others:
             description = self._rival_description(other)
             other_steps, other_values = _series(other, sign)
@@ -312,22 +303,19 @@ class ForecastPruner(BasePruner):
                 continue
             plan = description["total_steps"]
             if other.state == TrialState.COMPLETE or other_steps[-1] >= plan:
-                # its final is measured; its coupling comes from its latest forecast (made at its last check), else from all its steps
-                kept = self._coupling.get(other.number)
-                finished = {**description, "total_steps": max(plan, int(other_steps[-1]))}
-                resp = kept[1] if kept is not None else self._forecast(other.number, other_steps, other_values, finished)[1]
-                rivals.append((np.full(self.n_draws, final_reward(other_values)), resp))
+                rivals.append(("measured", final_reward(other_values)))
                 continue
             checks = self._check_steps(other_steps, plan)
             if checks.size == 0 or self._stale(trial, other, total) or _ahead(steps, values, other_steps, other_values, self._interval(total)):
                 continue
             seen = other_steps <= checks[-1]
-            rivals.append(self._forecast(other.number, other_steps[seen], other_values[seen], description))
+            rivals.append(("forecast", self._final_samples(other.number, other_steps[seen], other_values[seen], description)))
         return rivals
 
-    def _recalibrated(self, others: list[FrozenTrial], trial: FrozenTrial, probability: float, check: int, sign: float) -> float:
-        """``probability``, or its recalibration for the sweep's forecast bias measured on the finished trials when larger (module docstring)."""
-        pits = []
+    def _sweep_scores(self, others: list[FrozenTrial], check: int, sign: float) -> list[float]:
+        """The finished trials' measured finals as normal scores in their forecasts from check ``check`` of their plan
+        (the same share of the plan as the trial asking): what the sweep's shared effect is conditioned on."""
+        scores = []
         for other in others:
             description = self._rival_description(other)
             steps, values = _series(other, sign)
@@ -335,17 +323,12 @@ class ForecastPruner(BasePruner):
                 continue
             total = description["total_steps"]
             at = [s for s in self._check_steps(steps, total) if s // self._interval(total) == check]
-            if not at:
+            if not at or np.sum(steps <= at[0]) < MIN_POINTS:
                 continue
             seen = steps <= at[0]
             samples = self._final_samples(other.number, steps[seen], values[seen], description)
-            pits.append(float(np.mean(samples <= final_reward(values))))
-        # Draws resolve probabilities to one draw's share: 0 or 1 means beyond every draw, taken as half a draw's share.
-        edge = 0.5 / self.n_draws
-        scores = norm.ppf(np.clip(pits, edge, 1.0 - edge))
-        precision = len(pits) + MODEL_WEIGHT
-        z = (norm.ppf(min(max(probability, edge), 1.0 - edge)) + float(np.sum(scores)) / precision) / np.sqrt(1.0 + 1.0 / precision)
-        return max(probability, float(norm.cdf(z)))
+            scores.append(ScoreMap.from_draws(samples).score(final_reward(values)))
+        return scores
 
     def _final_samples(self, number: int, steps: np.ndarray, values: np.ndarray, description: dict[str, Any]) -> np.ndarray:
         """Draws of the forecast final reward of trial ``number`` from the values reported up to ``steps[-1]`` (cached)."""
@@ -353,22 +336,6 @@ class ForecastPruner(BasePruner):
         if key not in self._finals:
             self._finals[key] = self._run_forecast(number, steps, values, description).final.samples
         return self._finals[key]
-
-    def _forecast(self, number: int, steps: np.ndarray, values: np.ndarray, description: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-        """Final-reward draws of trial ``number`` from the values reported up to ``steps[-1]``, and their
-        coupling responsibilities (:func:`bayes_grpo.sweeps.log_responsibilities`). The draws are kept for
-        every forecast; the responsibilities, larger, for each trial's latest one."""
-        key = (number, int(steps[-1]), hash(values.tobytes()))
-        kept = self._coupling.get(number)
-        if key in self._finals and kept is not None and kept[0] == key:
-            return self._finals[key], kept[1]
-        fc = self._run_forecast(number, steps, values, description)
-        if self._draws is None:
-            self._draws = coupling_draws(self.model, COUPLING_COMPONENTS, np.random.default_rng(self.seed))
-        resp = log_responsibilities(self.model, fc, self._draws, np.random.default_rng(fc.seed))
-        self._finals[key] = fc.final.samples
-        self._coupling[number] = (key, resp)
-        return fc.final.samples, resp
 
     def _run_forecast(self, number: int, steps: np.ndarray, values: np.ndarray, description: dict[str, Any]) -> Forecast:
         """The forecast of trial ``number`` from the values reported up to ``steps[-1]`` (seeded by the trial and step)."""
