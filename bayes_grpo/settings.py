@@ -88,6 +88,39 @@ def bundled_runs_dir() -> Path:
     return _REPO_BUNDLED
 
 
+_REPO_SWEEPS = Path(__file__).resolve().parents[1] / "data" / "sweeps"
+
+
+def bundled_sweep_dir(name: str = "lr") -> Path:
+    """Folder of a held-out sweep this project generated and bundles (``data/sweeps/<name>``).
+
+    ``lr`` is the learning-rate sweep of :mod:`bayes_grpo.experiments.sweep` (``--slice lr``):
+    runs of one setting that differ only in the GRPO learning rate, to judge ranking and
+    pruning on. These runs are not in :func:`bundled_runs_dir`, so ``load_runs()`` and the
+    shipped model's fit never see them; read them with ``load_runs(bundled_sweep_dir("lr"))``.
+    Resolved like :func:`bundled_runs_dir`: the checkout's ``data/sweeps/<name>``, else
+    ``sweeps/<name>`` inside the installed ``bayes_grpo_data`` package.
+
+    Parameters
+    ----------
+    name : str
+        Sweep name (the folder under ``data/sweeps``).
+
+    Returns
+    -------
+    Path
+        The folder; it may not exist.
+
+    Example
+    -------
+    >>> bundled_sweep_dir().parts[-2:]
+    ('sweeps', 'lr')
+    """
+    if _REPO_SWEEPS.is_dir():
+        return _REPO_SWEEPS / name
+    return bundled_runs_dir().parent / "sweeps" / name
+
+
 #: ``source_repo`` of the runs the project generates (``bayes_grpo.experiments.generate``); each
 #: bundled run's source is this plus ``/<task>``, so cross-validation can group them by task.
 GENERATOR_SOURCE = "bayes_grpo/generator"

@@ -1,4 +1,4 @@
-"""Regenerate the bundled sweep: families x sizes x initial-reward levels x seeds, plus a recipe slice.
+"""Regenerate the bundled sweep: families x sizes x initial-reward levels x seeds, plus slices; and the LR sweep.
 
 ``python -m bayes_grpo.experiments.sweep --out data/runs --jobs 2`` runs every missing run
 (a run whose ``.meta.json`` exists is skipped, so an interrupted sweep resumes where it
@@ -22,7 +22,16 @@ Design (:func:`sweep_argv`):
   sample far more completions per step than the grid's 8, so their batch reward is less
   noisy; this slice measures that recipe change across the whole design.
 
-``--slice`` restricts a sweep to one part (``grid``, ``recipe`` or ``batch``), so a part can be
+* **learning-rate sweep** (``LR_SWEEP``, ``--slice lr``): one grid setting (``qwen2``, size ``s``,
+  sort, warm-up label noise 0.8, seed 0) at the batch slice's 16 prompts x 4 generations per
+  step, rerun at 10 log-spaced GRPO learning rates from 3e-5 to 3e-3 and nothing else changed,
+  so a sweep's ranking and pruning can be judged on runs that differ in one setting. It is
+  **not** part of ``all`` and is written to ``data/sweeps/lr`` (the default ``--out`` of this
+  slice), never to ``data/runs``: the shipped model is fitted on ``data/runs``, and this sweep
+  is held out of that fit. None of its learning rates is the grid's 1e-4, 3e-4 or 1e-3, so no
+  run of it is also a run of ``data/runs``.
+
+``--slice`` restricts a sweep to one part (``grid``, ``recipe``, ``batch`` or ``lr``), so a part can be
 generated into a staging folder on its own.
 """
 
@@ -34,6 +43,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import TypeVar
+
+from bayes_grpo.settings import bundled_runs_dir
 
 from .generate import add_arguments, generate_run, run_id
 from .models import FAMILIES, SIZES
@@ -55,6 +66,17 @@ RECIPE_VARIANTS: dict[str, list[str]] = {
 }
 BATCH_RECIPE = ["--prompts-per-step", "16"]
 BATCH_REPLICATED_NOISE = 0.5  # warm-up level of the batch slice that is also run with a second seed
+# Learning-rate sweep (held out of data/runs): (family, size, noise) of the grid setting it reruns, its
+# seed and recipe, and the GRPO peak learning rates, log-spaced 3e-5 ... 3e-3 (100x in 10 steps, rounded
+# to 2 significant digits). qwen2/s sort at noise 0.8 starts low (initial reward ~0.42 of 1.8) and its
+# batch-slice run climbed to ~1.15 at lr 1e-4, so the sweep spans runs that barely move and runs that
+# climb fast; 16 prompts per step make the per-step reward less noisy, so the ranking is set more by
+# the learning rate than by batch noise.
+LR_SWEEP_BASE = ("qwen2", "s", 0.8)
+LR_SWEEP_SEED = 0
+LR_SWEEP_RECIPE = BATCH_RECIPE
+LR_SWEEP = (3e-5, 5e-5, 8.3e-5, 1.4e-4, 2.3e-4, 3.9e-4, 6.5e-4, 1.1e-3, 1.8e-3, 3e-3)
+LR_SWEEP_OUT = "data/sweeps/lr"  # default --out of --slice lr; data/runs is refused for it
 
 
 def grid_task(family: str, size: str, noise: float) -> str:
@@ -109,9 +131,10 @@ def _latin_square(order: tuple[_T, ...], family: str, size: str, noise: float, n
     return order[i % len(order)]
 
 
-def _setting(family: str, size: str, noise: float, seed: int) -> list[str]:
+def _setting(family: str, size: str, noise: float, seed: int, lr: float | None = None) -> list[str]:
+    lr = grid_lr(family, size, noise) if lr is None else lr
     return ["--family", family, "--size", size, "--task", grid_task(family, size, noise), "--noise", str(noise),
-            "--lr", str(grid_lr(family, size, noise)), *GRID_RECIPE, "--seed", str(seed)]
+            "--lr", str(lr), *GRID_RECIPE, "--seed", str(seed)]
 
 
 def sweep_argv(part: str = "all") -> list[list[str]]:
@@ -119,14 +142,16 @@ def sweep_argv(part: str = "all") -> list[list[str]]:
 
     Parameters
     ----------
-    part : {"all", "grid", "recipe", "batch"}
-        Whole sweep or one of its parts (module docstring).
+    part : {"all", "grid", "recipe", "batch", "lr"}
+        Whole bundled sweep (``data/runs``) or one of its parts (module docstring); ``lr`` is
+        the held-out learning-rate sweep (``data/sweeps/lr``), which ``all`` does not include.
 
     Returns
     -------
     list of list of str
         One argument list per run: the grid seed by seed (so an early stop keeps every
-        cell), with the recipe slice before the last seed, then the batch slice seed by seed.
+        cell), with the recipe slice before the last seed, then the batch slice seed by seed;
+        for ``lr``, the learning rates in increasing order.
 
     Raises
     ------
@@ -138,6 +163,8 @@ def sweep_argv(part: str = "all") -> list[list[str]]:
     >>> grid = len(FAMILIES) * len(SIZES) * len(NOISE_LEVELS) * len(SEEDS)
     >>> len(sweep_argv()) == grid + 8 + len(FAMILIES) * len(SIZES) * (len(NOISE_LEVELS) + 1)
     True
+    >>> len(sweep_argv("lr")) == len(LR_SWEEP)
+    True
     """
     grid = [[_setting(f, s, n, seed) for s in SIZES for f in FAMILIES for n in NOISE_LEVELS] for seed in SEEDS]
     recipe = [[*_setting(f, s, n, 0), *extra] for f, s, n in RECIPE_BASES for extra in RECIPE_VARIANTS.values()]
@@ -145,8 +172,9 @@ def sweep_argv(part: str = "all") -> list[list[str]]:
     batch = [[*_setting(f, s, n, seed), *BATCH_RECIPE] for n, seed in
              [(BATCH_REPLICATED_NOISE, 0), (BATCH_REPLICATED_NOISE, 1), *((n, 0) for n in others)]
              for s in SIZES for f in FAMILIES]
+    lr_sweep = [[*_setting(*LR_SWEEP_BASE, LR_SWEEP_SEED, lr=lr), *LR_SWEEP_RECIPE] for lr in LR_SWEEP]
     parts = {"grid": grid[0] + grid[1] + grid[2], "recipe": recipe, "batch": batch,
-             "all": grid[0] + grid[1] + recipe + grid[2] + batch}
+             "all": grid[0] + grid[1] + recipe + grid[2] + batch, "lr": lr_sweep}
     if part not in parts:
         raise ValueError(f"unknown sweep part {part!r}; one of {sorted(parts)}")
     return parts[part]
@@ -184,13 +212,17 @@ def main(argv: list[str] | None = None) -> int:
     from bayes_grpo.parallel import map_jobs
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="data/runs")
+    ap.add_argument("--out", default=None, help=f"output folder (default data/runs; {LR_SWEEP_OUT} for --slice lr)")
     ap.add_argument("--jobs", type=int, default=2, help="runs at a time (local processes, one torch thread each)")
     ap.add_argument("--cluster", default=None, help="Dask scheduler address or local:N (see bayes_grpo.parallel)")
-    ap.add_argument("--slice", default="all", choices=("all", "grid", "recipe", "batch"),
-                    help="run only this part of the sweep")
+    ap.add_argument("--slice", default="all", choices=("all", "grid", "recipe", "batch", "lr"),
+                    help="run only this part of the sweep (lr: the held-out learning-rate sweep)")
     ap.add_argument("--dry-run", action="store_true", help="list the runs and whether they exist")
     opts = ap.parse_args(argv)
+    if opts.out is None:
+        opts.out = LR_SWEEP_OUT if opts.slice == "lr" else "data/runs"
+    if opts.slice == "lr" and Path(opts.out).resolve() == bundled_runs_dir().resolve():
+        ap.error(f"the learning-rate sweep is held out of the bundled runs: write it to {LR_SWEEP_OUT}, not {opts.out}")
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     todo = []
