@@ -35,8 +35,10 @@ the runs still going have reached is an observation of ``w``
 above their forecasts lifts the forecasts of the runs still going, and one whose
 runs ended below them lowers them. A finished run's own final is its measured
 final-window mean (:func:`bayes_grpo.measures.final_reward`), without
-uncertainty. :data:`FORECAST_ALONE` (``coupling=FORECAST_ALONE``) draws every run
-independently from its forecast as it is.
+uncertainty. Joint finals are kept within :func:`sweep_bounds` (the declared reward
+range, else a spread beyond the rewards the sweep's runs have logged), never narrower
+than a run's own forecast (its 1-99% quantiles). :data:`FORECAST_ALONE` (``coupling=FORECAST_ALONE``)
+draws every run independently from its forecast as it is.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from scipy.stats import norm
 from bayes_grpo.errors import ModelError
 from bayes_grpo.forecast import Forecast
 from bayes_grpo.logs import RunLog
-from bayes_grpo.measures import final_reward
+from bayes_grpo.measures import final_reward, reward_spread
 from bayes_grpo.population import PopulationPosterior
 
 if TYPE_CHECKING:
@@ -124,6 +126,11 @@ class ScoreMap:
         below = self.values[0] + (z - self.scores[0]) * low
         above = self.values[-1] + (z - self.scores[-1]) * high
         return np.where(z < self.scores[0], below, np.where(z > self.scores[-1], above, inside))
+
+    def bounded_value(self, z: np.ndarray, low: float, high: float) -> np.ndarray:
+        """:meth:`value`, kept within ``[low, high]`` widened to the map's own outermost quantiles (a bound never
+        cuts into the forecast itself)."""
+        return np.clip(self.value(z), min(low, self.values[0]), max(high, self.values[-1]))
 
     def score(self, value: float) -> float:
         """The normal score of ``value`` (within +-:data:`MAX_SCORE`): ``Phi^-1`` of the forecast probability of at most it."""
@@ -513,6 +520,8 @@ def rank(
     scores = scores[np.isfinite(scores)]
     rng = np.random.default_rng([seed, len(runs)])
     z = coupling.draw_scores(fraction, len(going), joint_draws, rng, scores)
+    ranges = {run.reward_range for run in runs}
+    low, high = sweep_bounds([run.rewards for run in runs], ranges.pop() if len(ranges) == 1 else None)
     finals = np.empty((joint_draws, len(runs)))
     picks = np.zeros((joint_draws, len(runs)), dtype=int)
     for i, (run, fc) in enumerate(zip(runs, forecasts)):
@@ -520,7 +529,7 @@ def rank(
             finals[:, i] = final_reward(run.rewards)
             continue
         column = z[:, going.index(i)]
-        finals[:, i] = ScoreMap.from_draws(fc.final.samples).value(column)
+        finals[:, i] = ScoreMap.from_draws(fc.final.samples).bounded_value(column, low, high)
         picks[:, i] = _nearest_draws(fc.final.samples, column)
     return Ranking(
         run_ids=[run.run_id for run in runs],
@@ -535,6 +544,21 @@ def rank(
         shared_effect=coupling.shared_effect(fraction, scores),
         beat=None if beat is None else float(beat),
     )
+
+
+def sweep_bounds(rewards: Sequence[np.ndarray], reward_range: tuple[float, float] | None = None) -> tuple[float, float]:
+    """The finals a sweep's joint draws may reach: its declared reward range, else the logged rewards of all its runs
+    widened by their 10-90% spread on each side.
+
+    The distribution of real scores has a long upper tail (late take-offs, measured in units of each forecast's own
+    width), so a run with a wide forecast would otherwise be drawn to implausible heights; a run of the sweep can end
+    up to a spread beyond the best any of its runs has logged.
+    """
+    if reward_range is not None:
+        return float(reward_range[0]), float(reward_range[1])
+    logged = np.concatenate([np.asarray(r, float) for r in rewards])
+    spread = reward_spread(logged)
+    return float(logged.min() - spread), float(logged.max() + spread)
 
 
 def _finished_score(model: SweepModel, run: RunLog, fraction: float, total: int, options: dict[str, Any], seed: int) -> float:

@@ -256,6 +256,26 @@ def rank_checks(sweeps: Sequence[Sweep], seed: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+#: The fan chart of the results: the real sweep with the most runs, up to this many, ranked at :data:`FANS_AT` of its plan.
+FANS_MAX_RUNS, FANS_AT = 8, 0.3
+
+
+def fans_figure(sweeps: Sequence[Sweep], seed: int, out: Path) -> str:
+    """Rank one real sweep at :data:`FANS_AT` of its plan with its fold model and draw every run's fan side by side
+    (``backtest_sweeps_fans.png``); return the sweep's name."""
+    sweep = max((s for s in sweeps if not s.bundled and len(s.runs) <= FANS_MAX_RUNS), key=lambda s: len(s.runs))
+    heads = [measures.cut(run, FANS_AT, sweep.total_steps) for run in sweep.runs]
+    ranking = sweep.model.rank(heads, total_steps=sweep.total_steps, seed=seed, coupling=sweep.coupling)
+    figure = ranking.plot_fans()
+    truth = sweep.truths()
+    order = list(ranking.table["run_id"])
+    for ax, run_id in zip(figure.axes, order):
+        ax.axhline(truth[run_id], color="k", lw=0.8, ls=":")
+    figure.suptitle(f"{sweep.name} at {FANS_AT:.0%} of the plan: fold model that never saw the source (dotted: the real final)", fontsize=9)
+    figure.savefig(out / "backtest_sweeps_fans.png", dpi=110)
+    return sweep.name
+
+
 def reliability(probability: pd.Series, outcome: pd.Series) -> pd.DataFrame:
     """Per bin of :data:`BINS`: count, mean predicted probability, observed rate."""
     bins = pd.cut(probability, BINS, include_lowest=True, right=False)
@@ -313,6 +333,7 @@ def write(
     ranks = ranks[~ranks["sweep"].isin(bundled_names)]
     table = summary(replays)
     args.out.mkdir(parents=True, exist_ok=True)
+    fans_name = fans_figure(sweeps, args.seed, args.out)
     table.to_csv(args.out / "backtest_sweeps.csv", index=False)
     replays.to_csv(args.out / "backtest_sweeps_replays.csv", index=False)
     trials.to_csv(args.out / "backtest_sweeps_trials.csv", index=False)
@@ -365,6 +386,10 @@ def write(
         "\n## Targets\n\n", "\n".join(targets), "\n\n",
         "## Per pruner, over all replays\n\n", markdown(table),
         "\n## Per sweep\n\n", markdown(per_sweep(replays)),
+        "\n## A real sweep ranked at 30%\n\n",
+        f"`{fans_name}`, every run cut at {FANS_AT:.0%} of its plan and ranked by the fold model that never saw the sweep's source "
+        "(`Ranking.plot_fans`): logged rewards, and for each run the median, 50% and 90% bands of the joint draws; "
+        "dotted, the run's real final.\n\n![fans](backtest_sweeps_fans.png)\n",
         "\n## Reliability of p_best\n\n",
         f"Every run of a sweep cut at {', '.join(f'{f:.0%}' for f in RANK_FRACTIONS)} of the plan and ranked with `model.rank` "
         f"(joint draws); outcome = the run ends best. {len(ranks)} (run, cut) pairs, {int(ranks['best'].sum())} of them the best run.\n\n",

@@ -7,7 +7,9 @@ never saw its source) and turns each run's real final into a normal score in its
 continued linearly). Per share of the plan it measures, with each source counted as at most 3 runs
 (averaged over 50 random picks): the scores' mean (bias), SD, and the share of their variance shared
 by the runs of one source (one-way ANOVA intraclass correlation). Writes ``sweep_coupling.md`` and
-``sweep_coupling.csv``; ``tests/test_sweep_coupling.py`` checks that the package's constants are these.
+``sweep_coupling.csv``; ``tests/test_sweeps.py`` checks that the package's constants are these.
+``calibration_runs.csv`` is not committed (it holds per-run figures of other people's runs): run
+``benchmarks/calibration.py`` first to make it.
 
     python benchmarks/sweep_coupling.py
 """

@@ -59,7 +59,7 @@ import pandas as pd
 from bayes_grpo.errors import BayesGrpoError
 from bayes_grpo.logs import normalise_family, read_log
 from bayes_grpo.measures import final_reward
-from bayes_grpo.sweeps import JOINT_DRAWS, SWEEP_COUPLING, ScoreMap, SweepCoupling
+from bayes_grpo.sweeps import JOINT_DRAWS, SWEEP_COUPLING, ScoreMap, SweepCoupling, sweep_bounds
 
 try:
     from optuna.pruners import BasePruner
@@ -225,7 +225,8 @@ class ForecastPruner(BasePruner):
         fraction = float(steps[-1]) / total
         scores = self._sweep_scores(others, int(steps[-1] // self._interval(total)), sign)
         z = self.coupling.draw_scores(fraction, len(forecast), JOINT_DRAWS, rng, scores)
-        finals = np.column_stack([ScoreMap.from_draws(samples).value(z[:, i]) for i, samples in enumerate(forecast)])
+        low, high = sweep_bounds([values, *(_series(other, sign)[1] for other in others)])
+        finals = np.column_stack([ScoreMap.from_draws(samples).bounded_value(z[:, i], low, high) for i, samples in enumerate(forecast)])
         best_other = finals[:, 1:].max(axis=1) if finals.shape[1] > 1 else np.full(JOINT_DRAWS, -np.inf)
         if measured:
             best_other = np.maximum(best_other, max(measured))
