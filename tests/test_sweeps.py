@@ -16,7 +16,7 @@ from bayes_grpo.cli import main
 from bayes_grpo.errors import BayesGrpoError, ModelError
 from bayes_grpo.integrations.optuna import ForecastPruner
 from bayes_grpo.measures import final_reward
-from bayes_grpo.sweeps import FORECAST_ALONE, MAX_SCORE, SWEEP_COUPLING, Ranking, ScoreMap, SweepCoupling, rank
+from bayes_grpo.sweeps import FORECAST_ALONE, MAX_SCORE, SWEEP_COUPLING, Ranking, ScoreMap, SweepCoupling, rank, sweep_bounds
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 TOTAL = 300  # every bundled run plans 300 steps
@@ -179,6 +179,28 @@ def test_the_plot_draws_a_fan_per_run_still_going(ranking: Ranking) -> None:
     matplotlib.use("Agg")
     ax = ranking.plot()
     assert len(ax.collections) == 2 and len(ax.get_legend().get_texts()) == 3
+
+
+def test_joint_finals_stay_within_the_sweeps_bounds_but_never_inside_a_forecast(ranking: Ranking, runs: bg.RunSet) -> None:
+    assert sweep_bounds([np.array([0.2, 0.4])], reward_range=(0.0, 1.8)) == (0.0, 1.8)
+    low, high = sweep_bounds([np.linspace(0.0, 1.0, 11), np.linspace(0.5, 0.7, 11)])
+    assert low < 0.0 and 1.0 < high < 3.0
+    m = ScoreMap.from_draws(np.random.default_rng(0).normal(0.0, 1.0, 5000))
+    bounded = m.bounded_value(np.array([-40.0, 0.0, 40.0]), -0.5, 0.5)
+    assert bounded[0] == pytest.approx(m.values[0]) and bounded[2] == pytest.approx(m.values[-1]) and bounded[1] == pytest.approx(float(m.value(0.0)))
+    assert ranking.finals.max() <= max(1.8, max(np.quantile(fc.final.samples, 0.99) for fc in ranking.forecasts)) + 1e-9
+
+
+def test_plot_fans_draws_one_panel_per_run_best_first(ranking: Ranking) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    figure = ranking.plot_fans(columns=2)
+    shown = [ax for ax in figure.axes if ax.get_visible()]
+    assert len(shown) == 3 and len(figure.axes) == 4
+    assert [ax.get_title().split("\n")[0] for ax in shown] == [run_id[-28:] for run_id in ranking.table["run_id"]]
+    still_going = [ax for ax, finished in zip(shown, ranking.table["finished"]) if not finished]
+    assert all(len(ax.collections) == 2 for ax in still_going)  # the 90% and 50% bands
 
 
 # ------------------------------------------------------------------ the command line
