@@ -66,7 +66,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
-from scipy.special import gammaln, logsumexp
+from scipy.special import gammaln
 
 from bayes_grpo.config import ModelConfig, merge
 from bayes_grpo.curves import SMALLEST_END_SHARE, get_form, relative_shape, reward_curve, shape
@@ -363,19 +363,56 @@ def observation(config: ModelConfig, t: Any, count: Any, params: Mapping[str, An
 
 
 def student_t_logpdf(x: np.ndarray, nu: float, mu: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """Log density of a Student-t (NumPy, elementwise)."""
-    resid = (x - mu) / scale
-    const = gammaln((nu + 1) / 2) - gammaln(nu / 2) - 0.5 * np.log(nu * np.pi)
-    return const - np.log(scale) - (nu + 1) / 2 * np.log1p(resid**2 / nu)
+    """Log density of a Student-t (NumPy, elementwise; cheapest with a ``scale`` that broadcasts, e.g. a column).
+
+    Computed in place in one array: the forecast evaluates it on thousands of parameter vectors. ``log(1 + r)``
+    rather than ``log1p(r)``, which took twice as long: they differ by under 1e-16 where ``r`` is tiny.
+    """
+    out = np.subtract(x, mu, out=np.empty(np.broadcast_shapes(np.shape(x), np.shape(mu), np.shape(scale))))
+    out *= 1.0 / (np.sqrt(nu) * scale)
+    np.square(out, out=out)
+    out += 1.0
+    np.log(out, out=out)
+    out *= -(nu + 1) / 2
+    out += _student_t_const(nu) - np.log(scale)
+    return out
+
+
+def _student_t_const(nu: float) -> float:
+    """Log normalising constant of a unit Student-t with ``nu`` degrees of freedom."""
+    return float(gammaln((nu + 1) / 2) - gammaln(nu / 2) - 0.5 * np.log(nu * np.pi))
 
 
 def log_likelihood(config: ModelConfig, theta: np.ndarray, t: np.ndarray, z: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Log-likelihood of one run's binned observations for each row of ``theta`` (n, len(PARAMS))."""
+    """Log-likelihood of one run's binned observations for each row of ``theta`` (n, len(PARAMS)).
+
+    Taken in blocks of :data:`BLOCK_ROWS` rows, whose (rows, bins) temporaries stay in a core's cache.
+    """
     if t.size == 0:
         return np.zeros(theta.shape[0])
+    return np.concatenate([_block_log_likelihood(config, block, t, z, counts) for block in row_blocks(theta)])
+
+
+def _block_log_likelihood(config: ModelConfig, theta: np.ndarray, t: np.ndarray, z: np.ndarray, counts: np.ndarray) -> np.ndarray:
     params = natural({name: theta[:, j : j + 1] for j, name in enumerate(PARAMS)}, config)
-    mu, scale = observation(config, t[None], counts[None], params)
-    return np.sum(student_t_logpdf(z[None], config.student_nu, mu, scale), axis=1)
+    mu, noise = observation(config, t[None], 1.0, params)  # the noise of one step: a column
+    # A bin of `count` steps is Student-t with scale noise / sqrt(count); times sqrt(count), it has the noise of
+    # one step, so the scale stays a column (no log per bin) and the change of variable adds sum(log sqrt(count)).
+    root = np.sqrt(counts)
+    return np.sum(student_t_logpdf(z * root, config.student_nu, mu * root, noise), axis=1) + np.sum(np.log(root))
+
+
+#: Rows of parameter vectors a forecast-time density takes at once (:func:`row_blocks`).
+BLOCK_ROWS = 256
+
+
+def row_blocks(theta: np.ndarray) -> list[np.ndarray]:
+    """``theta`` cut into blocks of at most :data:`BLOCK_ROWS` rows (one, possibly empty, for few rows).
+
+    A density over many parameter vectors makes (rows, bins or components) temporaries; blocks of
+    256 rows keep them within a core's cache, which made the forecast's densities about twice as fast.
+    """
+    return [theta[start : start + BLOCK_ROWS] for start in range(0, max(theta.shape[0], 1), BLOCK_ROWS)]
 
 
 def in_support(config: ModelConfig, theta: np.ndarray, kind: str) -> np.ndarray:
@@ -417,6 +454,14 @@ class RunPrior:
         self.mean = np.stack([np.broadcast_to(loc[name], (n,)) for name in PARAMS], axis=1)
         self.sd = np.stack([np.broadcast_to(scale[name], (n,)) for name in PARAMS], axis=1)
         self.components = rng.choice(n, size=min(n_components, n), replace=False)
+        # logpdf's per-component constants, fixed once: the quadratic form is [theta^2, theta] @ _coef.
+        precision = 1.0 / self.sd[self.components] ** 2
+        mean = self.mean[self.components]
+        self._coef = np.vstack([-0.5 * precision.T, (mean * precision).T])
+        self._offset = (
+            -0.5 * np.sum(mean**2 * precision, axis=1) - np.sum(np.log(self.sd[self.components]), axis=1)
+            - 0.5 * len(PARAMS) * np.log(2 * np.pi) - np.log(self.components.size)
+        )  # fmt: skip
 
     def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
         """``size`` parameter vectors (rows) from the mixture over all posterior draws."""
@@ -424,13 +469,19 @@ class RunPrior:
         return self.mean[rows] + self.sd[rows] * rng.standard_normal((size, len(PARAMS)))
 
     def logpdf(self, theta: np.ndarray) -> np.ndarray:
-        """Log density of the mixture (over a fixed random subset of posterior draws), by matrix products."""
-        rows = self.components
-        precision = 1.0 / self.sd[rows] ** 2
-        mean = self.mean[rows]
-        quad = (theta**2) @ precision.T - 2.0 * theta @ (mean * precision).T + np.sum(mean**2 * precision, axis=1)[None]
-        log_norm = -np.sum(np.log(self.sd[rows]), axis=1) - 0.5 * len(PARAMS) * np.log(2 * np.pi)
-        return logsumexp(log_norm[None] - 0.5 * quad, axis=1) - np.log(rows.size)
+        """Log density of the mixture (over a fixed random subset of posterior draws), by a matrix product per
+        block of rows (:func:`row_blocks`), small enough that BLAS keeps it on one thread (threads made it ten
+        times slower on two cores shared with other work)."""
+        return np.concatenate([logsumexp_rows(self._offset + np.hstack([block**2, block]) @ self._coef) for block in row_blocks(theta)])
+
+
+def logsumexp_rows(values: np.ndarray) -> np.ndarray:
+    """``log(sum(exp(values), axis=-1))``, stably: :func:`scipy.special.logsumexp` without its array-API
+    dispatch, which cost more than the arithmetic on the forecast's small arrays."""
+    top = np.max(values, axis=-1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore"):  # a row of -inf has log(0) = -inf, as it should
+        return np.log(np.sum(np.exp(values - top), axis=-1)) + top[..., 0]
 
 
 def resolve_parameterisation(config: ModelConfig, n_runs: int) -> ModelConfig:
