@@ -43,6 +43,7 @@ draws every run independently from its forecast as it is.
 
 from __future__ import annotations
 
+import os
 import warnings
 import zlib
 from collections.abc import Iterable, Sequence
@@ -460,6 +461,7 @@ def rank(
     n_draws: int = RANK_FORECAST_DRAWS,
     joint_draws: int = JOINT_DRAWS,
     seed: int = 0,
+    n_jobs: int | None = None,
 ) -> Ranking:
     """Rank runs by their forecast final reward, with ``p_best`` from joint draws (module docstring).
 
@@ -485,6 +487,9 @@ def rank(
         Joint draws of the final rewards.
     seed : int
         Seed of the forecasts (each run's own, derived from this and its id) and the joint draws.
+    n_jobs : int, optional
+        Threads the runs' forecasts are made on (joblib; NumPy does the work outside the interpreter
+        lock); default one per CPU core. The result does not depend on it.
 
     Returns
     -------
@@ -513,10 +518,11 @@ def rank(
     total = _planned_length(runs, total_steps)
     finished = np.array([run.last_step >= total for run in runs])
     options = {"total_steps": total, "family": family, "params_b": params_b, "n_draws": n_draws}
-    forecasts = [model.forecast(run, seed=_run_seed(seed, run.run_id), **options) for run in runs]
-    going = [i for i in range(len(runs)) if not finished[i]]
+    forecasts = _forecast_runs(model, runs, options, seed, n_jobs)
+    going = sorted((i for i in range(len(runs)) if not finished[i]), key=lambda i: runs[i].run_id)  # by id: any order of the runs gives one ranking
     fraction = float(np.median([runs[i].last_step / total for i in going])) if going else 1.0
-    scores = np.array([_finished_score(model, run, fraction, total, options, seed) for run, done in zip(runs, finished) if done and going])
+    done = sorted((run for run, is_done in zip(runs, finished) if is_done), key=lambda run: run.run_id)
+    scores = np.array([_finished_score(model, run, fraction, total, options, seed) for run in done if going])
     scores = scores[np.isfinite(scores)]
     rng = np.random.default_rng([seed, len(runs)])
     z = coupling.draw_scores(fraction, len(going), joint_draws, rng, scores)
@@ -559,6 +565,20 @@ def sweep_bounds(rewards: Sequence[np.ndarray], reward_range: tuple[float, float
     logged = np.concatenate([np.asarray(r, float) for r in rewards])
     spread = reward_spread(logged)
     return float(logged.min() - spread), float(logged.max() + spread)
+
+
+def _forecast_runs(model: SweepModel, runs: Sequence[RunLog], options: dict[str, Any], seed: int, n_jobs: int | None) -> list[Forecast]:
+    """Every run's forecast, on ``n_jobs`` threads (joblib). The forecasts' warnings are gathered and given once
+    each from here: ``warnings`` filters are process-wide, so threads that change them would lose some."""
+    from joblib import Parallel, delayed
+
+    jobs = n_jobs if n_jobs is not None else min(len(runs), os.cpu_count() or 1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        forecasts = Parallel(n_jobs=max(1, jobs), prefer="threads")(delayed(model.forecast)(run, seed=_run_seed(seed, run.run_id), **options) for run in runs)
+    for message, category in dict.fromkeys((str(w.message), w.category) for w in caught):
+        warnings.warn(message, category, stacklevel=3)
+    return list(forecasts)
 
 
 def _finished_score(model: SweepModel, run: RunLog, fraction: float, total: int, options: dict[str, Any], seed: int) -> float:
