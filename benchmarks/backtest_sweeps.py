@@ -113,7 +113,10 @@ P_BEST_TOLERANCE = 0.1
 #: The ForecastPruner settings replayed: the defaults first (the targets are judged on them).
 FORECAST_VARIANTS = {
     "bayes_grpo ForecastPruner (defaults: threshold 0.05, from 50%, the study as one sweep)": {},
+    "bayes_grpo ForecastPruner (patience 2: patience=2)": {"patience": 2},
+    "bayes_grpo ForecastPruner (checks every 5%: check_interval=0.05)": {"check_interval": 0.05},
     "bayes_grpo ForecastPruner (from 30%: min_fraction=0.3)": {"min_fraction": 0.3},
+    "bayes_grpo ForecastPruner (from 30%, patience 2: min_fraction=0.3, patience=2)": {"min_fraction": 0.3, "patience": 2},
     "bayes_grpo ForecastPruner (from 30%, forecast alone: min_fraction=0.3, coupling=FORECAST_ALONE)": {"min_fraction": 0.3, "coupling": FORECAST_ALONE},
 }
 
@@ -123,7 +126,7 @@ def pruners(total_steps: int, model: bg.FittedModel, check_interval: float, coup
     sweep coupling where its variant does not name one)."""
     warmup = int(round(0.3 * total_steps))
     made: dict[str, Callable[[], optuna.pruners.BasePruner]] = {
-        name: (lambda options=options: RecordingPruner(model, check_interval=check_interval, **{"coupling": coupling, **options}))
+        name: (lambda options=options: RecordingPruner(model, **{"check_interval": check_interval, "coupling": coupling, **options}))
         for name, options in FORECAST_VARIANTS.items()
     }
     made.update({
@@ -378,7 +381,7 @@ def write(
         f"as an Optuna study in {args.seeds} random trial orders (seeds 0-{args.seeds - 1}), the same orders for every pruner. "
         f"Each sweep is pruned by the model of the source-grouped fold that holds it ({args.folds} folds, seed {args.seed}, "
         f"fit options {fit_options(args.draws, args.chains) or 'package defaults'}; the model never saw the sweep's source). "
-        f"The ForecastPruner checks every {args.check_interval:.0%} of the plan (`check_interval={args.check_interval:g}`) from its `min_fraction` on; "
+        f"The ForecastPruner checks every {args.check_interval:.0%} of the plan (`check_interval={args.check_interval:g}`, unless its variant says otherwise) from its `min_fraction` on; "
         "Optuna's pruners are asked after every reported step. Truth = smoothed final reward; regret in units of the sweep's "
         "10-90% reward spread. The ForecastPruner and `rank` couple each sweep's runs with a `SweepCoupling` measured "
         f"(`benchmarks/sweep_coupling.py`, from `{args.coupling_runs.name}`) without the sweep's own source.\n\n",

@@ -118,6 +118,9 @@ class ForecastPruner(BasePruner):
         Forecast draws per check (precision against speed); at least 100.
     seed : int
         Seed of the forecasts (each check's own, derived from this, the trial and the step).
+    patience : int
+        Prune only when the probability is below ``threshold`` at this many checks in a row (1: at the first):
+        each check is another chance for a run that is behind by noise to look hopeless once.
     coupling : SweepCoupling
         How the study's forecasts miss together (module docstring); default
         :data:`bayes_grpo.sweeps.SWEEP_COUPLING`, :data:`bayes_grpo.sweeps.FORECAST_ALONE` trusts each forecast alone.
@@ -146,6 +149,7 @@ class ForecastPruner(BasePruner):
         n_draws: int = 500,
         seed: int = 0,
         coupling: SweepCoupling = SWEEP_COUPLING,
+        patience: int = 1,
     ) -> None:
         _require(model is None or callable(getattr(model, "forecast", None)), f"model must be a FittedModel (or None for the shipped one), got {model!r}")
         _require(_is_number(threshold) and 0 < threshold < 1, f"threshold must be a number between 0 and 1 (exclusive), got {threshold!r}")
@@ -161,15 +165,18 @@ class ForecastPruner(BasePruner):
         self.n_draws = int(n_draws)
         self.seed = int(seed)
         _require(isinstance(coupling, SweepCoupling), f"coupling must be a SweepCoupling (bayes_grpo.sweeps.SWEEP_COUPLING or FORECAST_ALONE), got {coupling!r}")
+        _require(isinstance(patience, numbers.Integral) and not isinstance(patience, bool) and patience >= 1, f"patience must be a whole number >= 1, got {patience!r}")
         self.coupling = coupling
+        self.patience = int(patience)
+        self._below: dict[int, int] = {}
         self._finals: dict[tuple[int, int, int], np.ndarray] = {}
         self._sightings: dict[tuple[int, int], tuple[int, float]] = {}
         self._watched: dict[int, int] = {}
         self._warned: set[int] = set()
 
     def prune(self, study: Study, trial: FrozenTrial) -> bool:
-        """Whether ``trial`` should stop: its latest report is not finite (it diverged), or at a check,
-        P(its final > the best other trial's) < ``threshold``.
+        """Whether ``trial`` should stop: its latest report is not finite (it diverged), or P(its final > the best
+        other trial's) < ``threshold`` at ``patience`` checks in a row.
 
         Parameters
         ----------
@@ -185,7 +192,11 @@ class ForecastPruner(BasePruner):
         if _diverged(trial):
             return True
         check = self.beat_probability(study, trial)
-        return check is not None and check[0] < self.threshold
+        if check is None:
+            return False
+        below = self._below.get(trial.number, 0) + 1 if check[0] < self.threshold else 0
+        self._below[trial.number] = below
+        return below >= self.patience
 
     def beat_probability(self, study: Study, trial: FrozenTrial) -> tuple[float, float] | None:
         """At a check, the probability that ``trial`` ends beyond the best other trial, and the bar; None between checks.
