@@ -275,6 +275,19 @@ def test_the_pruner_stops_a_trial_that_cannot_beat_a_finished_one(model: bg.Fitt
     assert _replay(study, worst) == (False, TOTAL) and _replay(study, best) == (False, TOTAL)
 
 
+def test_patience_waits_for_that_many_checks_in_a_row(model: bg.FittedModel, best_and_worst: tuple[bg.RunLog, bg.RunLog]) -> None:
+    best, worst = best_and_worst
+    stops = {}
+    for patience in (1, 3):
+        study = optuna.create_study(direction="maximize", pruner=ForecastPruner(model, total_steps=TOTAL, check_interval=0.05, patience=patience))
+        _replay(study, best)
+        stops[patience] = _replay(study, worst)
+    assert stops[1][0] and stops[3][0]
+    assert stops[3][1] == stops[1][1] + 2 * int(0.05 * TOTAL)  # two more checks, every 15 steps
+    with pytest.raises(BayesGrpoError, match="patience must be a whole number >= 1"):
+        ForecastPruner(model, patience=0)
+
+
 def test_a_minimised_objective_is_pruned_like_the_maximised_one(model: bg.FittedModel, best_and_worst: tuple[bg.RunLog, bg.RunLog]) -> None:
     best, worst = best_and_worst
     study = optuna.create_study(direction="minimize", pruner=ForecastPruner(model, total_steps=TOTAL, check_interval=0.05))
