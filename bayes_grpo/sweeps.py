@@ -415,29 +415,32 @@ class Ranking:
         return ax
 
     def plot_fans(self, columns: int = 4) -> Figure:
-        """One panel per run, side by side on a shared reward axis, best ``p_best`` first: the logged rewards, and for
-        runs still going the median, 50% and 90% bands of the joint draws, with the other runs' logs faint behind."""
+        """One panel per run, side by side on a shared reward axis, best ``p_best`` first: the logged rewards (the
+        other runs' faint behind), for runs still going the forecast's median, 50% and 90% bands, and at the plan's
+        end the 90% interval of the run's final from the joint draws (the sweep's coupling included)."""
         import matplotlib.pyplot as plt
 
         order = [self.run_ids.index(run_id) for run_id in self.table["run_id"]]
         columns = max(1, min(columns, len(order)))
         rows = -(-len(order) // columns)
         figure, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 2.5 * rows), sharex=True, sharey=True, squeeze=False, layout="constrained")
+        prefix = os.path.commonprefix(self.run_ids) if len(self.run_ids) > 1 else ""
         p_best = self.p_best
+        low, high = np.quantile(self.finals, [0.05, 0.95], axis=0)
         for ax, i in zip(axes.flat, order):
             for other in self.forecasts:
                 ax.plot(other.observed_steps, other.observed_rewards, color="0.85", lw=0.5)
             fc = self.forecasts[i]
             ax.plot(fc.observed_steps, fc.observed_rewards, color="C0", lw=0.7)
-            if self.finished[i]:
-                ax.plot([fc.total_steps], [self.finals[0, i]], "o", color="C0", ms=4)
-            else:
+            if not self.finished[i]:
                 ahead = fc.steps >= (fc.last_observed_step or 0)
-                bands = np.quantile(self.trajectories(self.run_ids[i])[:, ahead], [0.05, 0.25, 0.5, 0.75, 0.95], axis=0)
+                bands = np.quantile(fc.draws[:, ahead], [0.05, 0.25, 0.5, 0.75, 0.95], axis=0)
                 ax.fill_between(fc.steps[ahead], bands[0], bands[4], color="C1", alpha=0.2, lw=0)
                 ax.fill_between(fc.steps[ahead], bands[1], bands[3], color="C1", alpha=0.35, lw=0)
                 ax.plot(fc.steps[ahead], bands[2], color="C1", lw=1.2)
-            ax.set_title(f"{self.run_ids[i][-28:]}\np_best {p_best.iloc[i]:.2f}", fontsize=8)
+            middle = float(np.median(self.finals[:, i]))
+            ax.errorbar([fc.total_steps], [middle], yerr=[[middle - low[i]], [high[i] - middle]], fmt="o", color="C3", ms=3, capsize=3, lw=1)
+            ax.set_title(f"{self.run_ids[i][len(prefix):] or self.run_ids[i]}\np_best {p_best.iloc[i]:.2f}", fontsize=8)
             ax.tick_params(labelsize=7)
         for ax in axes.flat[len(order):]:
             ax.set_visible(False)

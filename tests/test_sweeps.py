@@ -198,9 +198,13 @@ def test_plot_fans_draws_one_panel_per_run_best_first(ranking: Ranking) -> None:
     figure = ranking.plot_fans(columns=2)
     shown = [ax for ax in figure.axes if ax.get_visible()]
     assert len(shown) == 3 and len(figure.axes) == 4
-    assert [ax.get_title().split("\n")[0] for ax in shown] == [run_id[-28:] for run_id in ranking.table["run_id"]]
+    prefix = "gpt_neox-l-add2-noise0.2-lr0.001-"  # the runs' common prefix is left out of the titles
+    assert [prefix + ax.get_title().split("\n")[0] for ax in shown] == list(ranking.table["run_id"])
     still_going = [ax for ax, finished in zip(shown, ranking.table["finished"]) if not finished]
-    assert all(len(ax.collections) == 2 for ax in still_going)  # the 90% and 50% bands
+    from matplotlib.collections import PolyCollection
+
+    assert all(sum(isinstance(c, PolyCollection) for c in ax.collections) == 2 for ax in still_going)  # the 90% and 50% bands
+    assert all(len(ax.containers) == 1 for ax in shown)  # the final's 90% interval from the joint draws
 
 
 # ------------------------------------------------------------------ the command line
