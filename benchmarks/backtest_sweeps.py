@@ -112,12 +112,12 @@ P_BEST_TOLERANCE = 0.1
 
 #: The ForecastPruner settings replayed: the defaults first (the targets are judged on them).
 FORECAST_VARIANTS = {
-    "bayes_grpo ForecastPruner (defaults: threshold 0.05, from 50%, the study as one sweep)": {},
-    "bayes_grpo ForecastPruner (patience 2: patience=2)": {"patience": 2},
-    "bayes_grpo ForecastPruner (checks every 5%: check_interval=0.05)": {"check_interval": 0.05},
-    "bayes_grpo ForecastPruner (from 30%: min_fraction=0.3)": {"min_fraction": 0.3},
-    "bayes_grpo ForecastPruner (from 30%, patience 2: min_fraction=0.3, patience=2)": {"min_fraction": 0.3, "patience": 2},
-    "bayes_grpo ForecastPruner (from 30%, forecast alone: min_fraction=0.3, coupling=FORECAST_ALONE)": {"min_fraction": 0.3, "coupling": FORECAST_ALONE},
+    "bayes_grpo ForecastPruner (defaults: threshold 0.05, from 30%, patience 2, the study as one sweep)": {},
+    "bayes_grpo ForecastPruner (from 50%: min_fraction=0.5)": {"min_fraction": 0.5},
+    "bayes_grpo ForecastPruner (patience 1: patience=1)": {"patience": 1},
+    "bayes_grpo ForecastPruner (from 50%, patience 1: min_fraction=0.5, patience=1)": {"min_fraction": 0.5, "patience": 1},
+    "bayes_grpo ForecastPruner (checks every 5%, patience 1: check_interval=0.05, patience=1)": {"check_interval": 0.05, "patience": 1},
+    "bayes_grpo ForecastPruner (forecast alone, patience 1: coupling=FORECAST_ALONE, patience=1)": {"coupling": FORECAST_ALONE, "patience": 1},
 }
 
 
