@@ -91,6 +91,19 @@ def figures() -> dict[str, str]:
     found["components.sparse.coverage_90"] = _join(f"{v:.2f}" for v in sparse["coverage_90"])
     found["components.sparse.seen"] = _join(f"{v}" for v in sparse["evaluations_seen"])
     found["components.sparse.runs"] = f"{int(sparse['runs'].max())}"
+    sweeps = pd.read_csv(RESULTS / "backtest_sweeps.csv")
+    for key, prefix in {
+        "default": "bayes_grpo ForecastPruner (defaults", "patience1": "bayes_grpo ForecastPruner (patience 1: ",
+        "from50": "bayes_grpo ForecastPruner (from 50%: ", "alone": "bayes_grpo ForecastPruner (forecast alone",
+        "median": "Optuna MedianPruner (2 startup trials, 30% warm-up)",
+        "halving": "Optuna SuccessiveHalvingPruner", "hyperband": "Optuna HyperbandPruner",
+    }.items():  # fmt: skip
+        row = sweeps[sweeps["pruner"].str.startswith(prefix)].iloc[0]
+        found[f"sweeps.{key}.saved"] = f"{row['steps saved']:.0%}"
+        found[f"sweeps.{key}.best_pruned"] = f"{row['best pruned']:.0%}"
+    coupling = pd.read_csv(RESULTS / "sweep_coupling.csv").set_index("fraction").sort_index()
+    found["coupling.correlation"] = _join(f"{v:.2f}" for v in coupling["correlation"])
+    found["coupling.q90_q95_30"] = f"{coupling.loc[0.3, 'z_q90']:.1f} and {coupling.loc[0.3, 'z_q95']:.1f}"
     checks = re.search(r"Spec checks \((\d+) of (\d+) met\)", (RESULTS / "shapes.md").read_text(encoding="utf-8"))
     found["shapes.checks_met"], found["shapes.checks"] = checks.groups()
     speed = re.search(r"\| forecast of a 1000-step log \| ([\d.]+) \|", (RESULTS / "forecast_speed.md").read_text(encoding="utf-8"))

@@ -86,7 +86,7 @@ def test_a_complete_trial_sets_the_bar_with_its_measured_final_whatever_its_last
 def test_complete_trials_counted_from_step_0_inform_the_sweep(model: bg.FittedModel, storage: str | None, coupled: bool) -> None:
     """Two finished late risers (steps 0..99) ended above their forecasts from 30%: as one sweep, a third one is not pruned there."""
     coupling = SWEEP_COUPLING if coupled else FORECAST_ALONE
-    pruner = ForecastPruner(model, total_steps=TOTAL, min_fraction=0.3, check_interval=0.1, coupling=coupling)
+    pruner = ForecastPruner(model, total_steps=TOTAL, min_fraction=0.3, check_interval=0.1, coupling=coupling, patience=1)
     study = optuna.create_study(storage=storage, direction="maximize", pruner=pruner)
     for seed in (0, 1):
         _finished(study, _late_riser(seed))
@@ -123,7 +123,7 @@ def test_a_running_trials_forecast_never_prunes_a_trial_that_leads_it(model: bg.
     """A rises straight to 0.8 at step 50 then stays (its forecast from step 50 extrapolates the rise to 1.6);
     B saturates at 0.9 early, C at 0.3. Trained side by side, B (ahead of A at every step) is not pruned
     against A's extrapolation; C, behind both now and forecast to stay behind, is."""
-    study = optuna.create_study(storage=storage, direction="maximize", pruner=ForecastPruner(model, total_steps=TOTAL, check_interval=0.1))
+    study = optuna.create_study(storage=storage, direction="maximize", pruner=ForecastPruner(model, total_steps=TOTAL, check_interval=0.1, min_fraction=0.5, patience=1))
     rng = np.random.default_rng(0)
     curves = {
         "A": np.minimum(STEPS / 50, 1.0) * 0.8 + 0.02 * rng.standard_normal(TOTAL),
@@ -147,7 +147,7 @@ def test_a_running_trials_forecast_never_prunes_a_trial_that_leads_it(model: bg.
 
 
 def test_a_trial_without_a_planned_length_is_left_out_with_one_warning(model: bg.FittedModel, storage: str | None) -> None:
-    study = optuna.create_study(storage=storage, direction="maximize", pruner=ForecastPruner(model, check_interval=0.1))
+    study = optuna.create_study(storage=storage, direction="maximize", pruner=ForecastPruner(model, check_interval=0.1, min_fraction=0.5, patience=1))
     _finished(study, _saturating(0.5, 15, seed=0))  # trial 0: no total_steps, and the pruner has no default
     _finished(study, _saturating(0.9, 15, seed=1), total_steps=TOTAL)
     trial = study.ask()

@@ -273,7 +273,7 @@ def test_the_pruner_stops_a_trial_that_cannot_beat_a_finished_one(model: bg.Fitt
     study = optuna.create_study(direction="maximize", pruner=pruner)
     assert _replay(study, best) == (False, TOTAL)
     pruned, step = _replay(study, worst)
-    assert pruned and 0.5 * TOTAL <= step < 0.6 * TOTAL  # from min_fraction (0.5) on
+    assert pruned and 0.3 * TOTAL + 0.05 * TOTAL <= step < 0.6 * TOTAL  # two checks in a row (every 5%) from min_fraction (0.3) on
     # the worse run first: the better one, forecast to end far above, trains to its end
     study = optuna.create_study(direction="maximize", pruner=ForecastPruner(model, total_steps=TOTAL, check_interval=0.05))
     assert _replay(study, worst) == (False, TOTAL) and _replay(study, best) == (False, TOTAL)
@@ -401,7 +401,7 @@ def _late_riser(seed: int, total: int = 100) -> np.ndarray:
 def test_finished_trials_that_beat_their_forecasts_make_the_pruner_wait(model: bg.FittedModel, coupled: bool) -> None:
     """Two finished late risers ended above their forecasts from 30%: as one sweep, a third one is not pruned there."""
     coupling = SWEEP_COUPLING if coupled else FORECAST_ALONE
-    pruner = ForecastPruner(model, total_steps=100, min_fraction=0.3, check_interval=0.1, coupling=coupling)
+    pruner = ForecastPruner(model, total_steps=100, min_fraction=0.3, check_interval=0.1, coupling=coupling, patience=1)
     study = optuna.create_study(direction="maximize", pruner=pruner)
     finished = [_late_riser(seed) for seed in (0, 1)]
     for rewards in finished:  # finished elsewhere (never checked by this pruner): their forecasts are made when needed
