@@ -246,8 +246,8 @@ SWEEPS = [
     "# Rank a sweep and prune it with Optuna\n\n"
     "A sweep trains one recipe several times with one setting changed. Two questions matter while it runs: which run "
     "will end best, and which runs cannot win any more. `model.rank` answers the first with `p_best`, the probability "
-    "that each run ends highest, from joint draws of all the runs' forecasts (they share the population draws the "
-    "forecasts start from). `bayes_grpo.integrations.optuna.ForecastPruner` answers the second inside an Optuna study: it "
+    "that each run ends highest, from joint draws of all the runs' forecasts (a sweep is a source: its runs' forecasts "
+    "miss together, and the joint draws share that). `bayes_grpo.integrations.optuna.ForecastPruner` answers the second inside an Optuna study: it "
     "prunes a trial once it is unlikely to end above the best other trial.",
     SETUP,
     "## A real sweep\n\nThe shared real runs (`../shared/external_runs`, when present) hold a 17-run ablation of a "
@@ -280,9 +280,11 @@ pd.DataFrame({f"> {v:.2f}": ranking.p_beats(v) for v in values})""",
     "## Prune it with Optuna\n\nThe sweep replayed as an Optuna study: one trial per run, in a random order, each "
     "reporting its logged reward step by step (`trial.report(reward, step)`) and asking `trial.should_prune()`. The "
     "trial's planned length comes from its user attribute `total_steps`. `ForecastPruner` checks every "
-    "`check_interval` of the plan from `min_fraction` (half the plan) on, here every 10% to keep the notebook quick, "
-    "and prunes when the probability of ending above the best other trial's final falls below 5%. Optuna's "
-    "`MedianPruner`, with the same warm-up of half the plan, replays the same order.",
+    "`check_interval` of the plan from `min_fraction` (30% of the plan) on, here every 10% to keep the notebook "
+    "quick, and prunes when the probability of ending above the best other trial's final is below 5% at two checks "
+    "in a row (`patience=2`). The study is one sweep: the trials' forecasts are drawn jointly, and the finished "
+    "trials tell how this recipe's runs end against their forecasts. Optuna's `MedianPruner`, with the same warm-up "
+    "of 30% of the plan and 2 startup trials, replays the same order.",
     """import optuna
 
 from bayes_grpo.integrations.optuna import ForecastPruner
@@ -312,7 +314,7 @@ def replay(pruner, order):
 order = np.random.default_rng(0).permutation(len(sweep))
 pruned = {
     "ForecastPruner": replay(ForecastPruner(model, check_interval=0.1), order),
-    "MedianPruner": replay(optuna.pruners.MedianPruner(n_warmup_steps=int(0.5 * total)), order),
+    "MedianPruner": replay(optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=int(0.3 * total)), order),
 }
 pruned["ForecastPruner"]""",
     "Steps saved, and whether the best run survived:",
