@@ -219,6 +219,23 @@ class SweepCoupling:
         latent = np.sqrt(rho) * shared + np.sqrt(1.0 - rho) * rng.standard_normal((size, n_runs))
         return self.at(fraction).value(latent)
 
+    def joint_finals(
+        self,
+        fraction: float,
+        samples: Sequence[np.ndarray],
+        size: int,
+        rng: np.random.Generator,
+        finished_scores: Sequence[float] = (),
+        bounds: tuple[float, float] = (-np.inf, np.inf),
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(size, n) joint draws of the finals of ``n`` forecast runs of one sweep (each run's forecast draws of its
+        final in ``samples``), kept within ``bounds`` (:func:`sweep_bounds`), and the normal scores they were read at."""
+        z = self.draw_scores(fraction, len(samples), size, rng, finished_scores)
+        finals = np.empty_like(z)
+        for i, draws in enumerate(samples):
+            finals[:, i] = ScoreMap.from_draws(draws).bounded_value(z[:, i], *bounds)
+        return finals, z
+
     @classmethod
     def measure(cls, scores: pd.DataFrame, cap: int = 3, repeats: int = 50, seed: int = 0) -> SweepCoupling:
         """The scores' quantiles and shared share per fraction, each source counted as at most ``cap`` runs.
@@ -528,18 +545,14 @@ def rank(
     scores = np.array([_finished_score(model, run, fraction, total, options, seed) for run in done if going])
     scores = scores[np.isfinite(scores)]
     rng = np.random.default_rng([seed, len(runs)])
-    z = coupling.draw_scores(fraction, len(going), joint_draws, rng, scores)
     ranges = {run.reward_range for run in runs}
-    low, high = sweep_bounds([run.rewards for run in runs], ranges.pop() if len(ranges) == 1 else None)
-    finals = np.empty((joint_draws, len(runs)))
+    bounds = sweep_bounds([run.rewards for run in runs], ranges.pop() if len(ranges) == 1 else None)
+    joint, z = coupling.joint_finals(fraction, [forecasts[i].final.samples for i in going], joint_draws, rng, scores, bounds)
+    finals = np.tile([final_reward(run.rewards) if done_ else np.nan for run, done_ in zip(runs, finished)], (joint_draws, 1))
     picks = np.zeros((joint_draws, len(runs)), dtype=int)
-    for i, (run, fc) in enumerate(zip(runs, forecasts)):
-        if finished[i]:
-            finals[:, i] = final_reward(run.rewards)
-            continue
-        column = z[:, going.index(i)]
-        finals[:, i] = ScoreMap.from_draws(fc.final.samples).bounded_value(column, low, high)
-        picks[:, i] = _nearest_draws(fc.final.samples, column)
+    for column, i in enumerate(going):
+        finals[:, i] = joint[:, column]
+        picks[:, i] = _nearest_draws(forecasts[i].final.samples, z[:, column])
     return Ranking(
         run_ids=[run.run_id for run in runs],
         steps=np.array([run.last_step for run in runs]),

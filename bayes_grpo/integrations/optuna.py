@@ -236,9 +236,8 @@ class ForecastPruner(BasePruner):
         rng = np.random.default_rng(zlib.crc32(f"{self.seed}:{trial.number}:{int(steps[-1])}:joint".encode()))
         fraction = float(steps[-1]) / total
         scores = self._sweep_scores(others, int(steps[-1] // self._interval(total)), sign)
-        z = self.coupling.draw_scores(fraction, len(forecast), JOINT_DRAWS, rng, scores)
-        low, high = sweep_bounds([values, *(_series(other, sign)[1] for other in others)])
-        finals = np.column_stack([ScoreMap.from_draws(samples).bounded_value(z[:, i], low, high) for i, samples in enumerate(forecast)])
+        bounds = sweep_bounds([values, *(_series(other, sign)[1] for other in others)])
+        finals, _ = self.coupling.joint_finals(fraction, forecast, JOINT_DRAWS, rng, scores, bounds)
         best_other = finals[:, 1:].max(axis=1) if finals.shape[1] > 1 else np.full(JOINT_DRAWS, -np.inf)
         if measured:
             best_other = np.maximum(best_other, max(measured))
