@@ -53,6 +53,7 @@ most 0.05), which knows the future and bounds what any rule can save.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -70,6 +71,7 @@ from bayes_grpo.calibration import (
 from bayes_grpo.errors import BayesGrpoError
 from bayes_grpo.logs import RunLog
 from bayes_grpo.parallel import map_jobs
+from bayes_grpo.recalibration import Recalibration
 from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE
 from bayes_grpo.stopping import MIN_STOP_FRACTION, STOP_REASONS, StopEvidence, stop_evidence, stop_reason
 
@@ -777,6 +779,7 @@ class BacktestJob:
     every: float = CHECK_EVERY
     model: FittedModel | None = None
     cache_dir: str | None = None
+    layer: Recalibration | None = None
 
     @property
     def name(self) -> str:
@@ -790,6 +793,8 @@ def run_backtest_fold(job: BacktestJob) -> tuple[list[RunTrace], dict[str, Any]]
         model, from_cache = job.model, False
     else:
         model, from_cache = cached_fit_fold(job.train, job.fit_options, job.seed + job.fold, job.cache_dir)
+    if job.layer is not None:
+        model = dataclasses.replace(model, recalibration=job.layer)
     traces = [
         trace(
             model, run, source=job.sources[run.run_id], thresholds=job.thresholds,
@@ -837,6 +842,7 @@ def backtest(
     progress: bool = True,
     cache_dir: str | Path | None = None,
     scored: ScoredSet = "all",
+    layers: Mapping[int, Recalibration] | None = None,
 ) -> Backtest:
     """Backtest the stopping rule with folds grouped by source: each run is replayed with a model that never saw its source.
 
@@ -872,6 +878,10 @@ def backtest(
         Which held-out runs are replayed (:func:`bayes_grpo.calibration.scored_splits`). The
         folds still train on every run, so the fits (and cache entries) are unchanged; the
         nested selection then picks settings on the other folds' runs of this set only.
+    layers : mapping, optional
+        ``fold -> calibration layer`` for each fold's model (:func:`bayes_grpo.calibration.learn_layer` of the
+        calibration benchmark's held-out forecasts of the *other* folds), so the rule is replayed on calibrated
+        forecasts as the package makes them, without a layer that saw the run.
 
     Returns
     -------
@@ -902,6 +912,7 @@ def backtest(
             every,
             model,
             None if cache_dir is None else str(cache_dir),
+            (layers or {}).get(fold),
         )
         for fold, train, test in scored_splits(runs, sources, n_folds, seed, scored)
     ]

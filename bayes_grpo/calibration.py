@@ -7,7 +7,8 @@ and scored against what really happened. Every definition comes from
 
 * **truth**: mean reward over the last 10% of the logged steps (the final window);
 * **spread**: the run's 10-90% reward spread; every error and width is in these units;
-* **error**: |forecast mean - truth| / spread;
+* **error**: |forecast median - truth| / spread (the point forecast that absolute error calls for: a
+  calibrated forecast's mean follows its long upper tail of late take-offs); ``mean_error`` the same for the mean;
 * **persistence** baseline: mean of the last 10 observed rewards;
 * **paper-law** baseline: the paper's sigmoid fitted by least squares to the
   observed head (:func:`bayes_grpo.curves.fit_paper_law`), averaged over the final window;
@@ -48,6 +49,7 @@ code, the training runs and the sampler settings; the stopping backtest
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 import json
 import logging
@@ -61,7 +63,8 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 import numpy as np
 import pandas as pd
 
-from bayes_grpo import measures
+from bayes_grpo import measures, recalibration
+from bayes_grpo.measures import weighted_quantile
 from bayes_grpo.config import ModelConfig, SamplerConfig
 from bayes_grpo.curves import fit_paper_law
 from bayes_grpo.errors import BayesGrpoError, LogError
@@ -442,7 +445,8 @@ def score_cut(run: RunLog, fraction: float, predict: Predictor) -> dict[str, Any
         "spread": spread,
         "forecast_mean": mean,
         **{f"q{round(100 * q):02d}": v for q, v in quantiles.items()},
-        "error": abs(mean - truth) / spread,
+        "error": abs(quantiles[0.5] - truth) / spread,
+        "mean_error": abs(mean - truth) / spread,
         "persistence_error": abs(persistence - truth) / spread,
         "paper_law_error": abs(paper - truth) / spread,
         "covered_90": outcome == "inside",
@@ -456,7 +460,9 @@ def score_cut(run: RunLog, fraction: float, predict: Predictor) -> dict[str, Any
     }
 
 
-def evaluate_run(model: FittedModel, run: RunLog, fraction: float, *, seed: int = 0, quantity: Quantity = "window") -> dict[str, Any] | None:
+def evaluate_run(
+    model: FittedModel, run: RunLog, fraction: float, *, seed: int = 0, quantity: Quantity = "window", calibrated: bool = True
+) -> dict[str, Any] | None:
     """Forecast ``run`` from ``fraction`` of its planned steps and score it against its real end.
 
     Parameters
@@ -471,12 +477,16 @@ def evaluate_run(model: FittedModel, run: RunLog, fraction: float, *, seed: int 
         Seed of the forecast.
     quantity : {"window", "final"}
         What is scored (see the module docstring).
+    calibrated : bool
+        Apply the model's calibration layer when it has one (default, as the package does; a fold's fit has none).
 
     Returns
     -------
     dict or None
-        One row of scores (those of :func:`score_cut`, plus ``pareto_k``, ``proposal`` and the
-        regime weights ``p_take_off_ahead``, ``p_plateau``, ``p_decline``); None when the cut
+        One row of scores (those of :func:`score_cut`, plus ``pareto_k``, ``proposal``, the
+        regime weights ``p_take_off_ahead``, ``p_plateau``, ``p_decline``, and what a calibration layer
+        learns from: ``std_rel``, the forecast's ``yardstick`` over the final window and the quantiles of
+        its draws' mean over that window, ``latent_q05`` ...); None when the cut
         already reaches the final window (a run logged only part of its planned steps), where
         there is nothing to forecast.
 
@@ -489,7 +499,7 @@ def evaluate_run(model: FittedModel, run: RunLog, fraction: float, *, seed: int 
     forecasts: list[Forecast] = []
 
     def predict(head: RunLog, total: int, window: np.ndarray) -> tuple[float, dict[float, float], float]:
-        fc = model.forecast(head, total_steps=total, seed=seed)
+        fc = model.forecast(head, total_steps=total, seed=seed, calibrated=calibrated)
         forecasts.append(fc)
         if quantity == "window":
             predicted = fc.window_reward(window)
@@ -504,7 +514,13 @@ def evaluate_run(model: FittedModel, run: RunLog, fraction: float, *, seed: int 
     if row is None:
         return None
     fc = forecasts[-1]
-    return {**row, "pareto_k": fc.pareto_k, "proposal": fc.proposal, **{f"p_{name}": weight for name, weight in fc.regimes.items()}}
+    window = run.steps[-measures.final_window_size(len(run)) :].astype(float)
+    latent = np.quantile(fc.mean_over(fc.draws, window), recalibration.LEVELS)
+    return {
+        **row, "pareto_k": fc.pareto_k, "proposal": fc.proposal, **{f"p_{name}": weight for name, weight in fc.regimes.items()},
+        "std_rel": recalibration.std_rel(fc.prepared), "yardstick": recalibration.window_yardstick(fc, window),
+        **{recalibration.latent_column(level): value for level, value in zip(recalibration.LEVELS, latent)},
+    }  # fmt: skip
 
 
 def evaluate(
@@ -514,6 +530,7 @@ def evaluate(
     *,
     seed: int = 0,
     quantity: Quantity = "window",
+    calibrated: bool = True,
 ) -> pd.DataFrame:
     """Score forecasts of every run at every fraction with one model (rows of :func:`evaluate_run`).
 
@@ -529,6 +546,8 @@ def evaluate(
         Base seed; each run gets :func:`run_seed` of it.
     quantity : {"window", "final"}
         What is scored.
+    calibrated : bool
+        Forecast with the model's calibration layer when it has one (default).
 
     Returns
     -------
@@ -544,7 +563,7 @@ def evaluate(
         warnings.simplefilter("ignore")
         for run in runs:
             for fraction in fractions:
-                row = evaluate_run(model, run, fraction, seed=run_seed(seed, run.run_id), quantity=quantity)
+                row = evaluate_run(model, run, fraction, seed=run_seed(seed, run.run_id), quantity=quantity, calibrated=calibrated)
                 if row is not None:
                     rows.append(row)
     return pd.DataFrame(rows)
@@ -713,20 +732,23 @@ def fold_health(model: FittedModel) -> dict[str, Any]:
     return {name: getattr(diagnostics, name, np.nan) for name in names}
 
 
-def run_fold(job: FoldJob) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Fit one fold (from the cache when it holds it) and score its held-out runs: (scores, fold health)."""
+def run_fold(job: FoldJob) -> tuple[pd.DataFrame, dict[str, Any], FittedModel]:
+    """Fit one fold (from the cache when it holds it) and score its held-out runs: (scores, fold health, model)."""
     model, from_cache = cached_fit_fold(job.train, job.fit_options, job.seed + job.fold, job.cache_dir)
     scores = evaluate(model, job.test, job.fractions, seed=job.seed, quantity=job.quantity)
     health = {"fold": job.fold, "train_runs": len(job.train), "test_runs": len(job.test), **fold_health(model), "cached": from_cache}
-    return scores.assign(fold=job.fold), health
+    return scores.assign(fold=job.fold), health, model
 
 
 @dataclass
 class CrossValidation:
-    """Scores of a grouped cross-validation (one row per run and fraction) and each fold's fit health."""
+    """Scores of a grouped cross-validation (one row per run and fraction), each fold's fit health, and the folds
+    (jobs) with their fitted models, from which :func:`cross_fitted` scores a calibration layer."""
 
     scores: pd.DataFrame
     folds: pd.DataFrame
+    jobs: list[FoldJob] = field(default_factory=list)
+    models: list[FittedModel] = field(default_factory=list)
 
 
 def fold_jobs(
@@ -821,10 +843,43 @@ def cross_validate(
         runs, sources, n_folds, fractions=fractions, fit_options=fit_options, seed=seed, quantity=quantity, cache_dir=cache_dir, scored=scored
     )  # fmt: skip
     results = map_jobs(run_fold, jobs, n_jobs=n_jobs, cluster=cluster, progress=progress, desc="calibration folds")
-    scores = pd.concat([s for s, _ in results], ignore_index=True)
+    scores = pd.concat([s for s, _, _ in results], ignore_index=True)
     scores["source"] = scores["run_id"].map(sources)
     scores["set"] = np.where(scores["source"].map(is_bundled), "bundled", "real")
-    return CrossValidation(scores=scores, folds=pd.DataFrame([h for _, h in results]))
+    return CrossValidation(scores=scores, folds=pd.DataFrame([h for _, h, _ in results]), jobs=jobs, models=[m for _, _, m in results])
+
+
+# ------------------------------------------------------------------ the calibration layer, cross-fitted
+
+
+def learn_layer(scores: pd.DataFrame, fit_id: str = "") -> recalibration.Recalibration:
+    """The calibration layer learned from held-out forecasts of real runs, each source counting as at most :data:`SOURCE_CAP` runs."""
+    real = scores[scores["set"] == "real"] if "set" in scores else scores
+    weights = source_weights(real, by=["fraction"]) if "source" in real else None
+    learned_on = {"rows": int(len(real)), "runs": int(real["run_id"].nunique()), "fractions": sorted(set(real["fraction"].round(3)))}
+    if "source" in real:
+        learned_on["sources"] = int(real["source"].nunique())
+    return recalibration.learn(real, fit_id=fit_id, weights=weights, learned_on=learned_on)
+
+
+def _calibrated_fold(job: tuple[FoldJob, FittedModel, recalibration.Recalibration]) -> pd.DataFrame:
+    fold, model, layer = job
+    layered = dataclasses.replace(model, recalibration=layer)
+    return evaluate(layered, fold.test, fold.fractions, seed=fold.seed, quantity=fold.quantity, calibrated=True).assign(fold=fold.fold)
+
+
+def cross_fitted(cv: CrossValidation, *, n_jobs: int | None = 1, cluster: str | None = None, progress: bool = True) -> pd.DataFrame:
+    """The held-out runs forecast again with a calibration layer, honestly: each fold's model gets a layer learned on
+    the *other* folds' held-out real runs (:func:`learn_layer`), so no run is scored by a layer that saw it.
+
+    Returns scores like :attr:`CrossValidation.scores` (same ``source`` and ``set`` columns).
+    """
+    jobs = [(job, model, learn_layer(cv.scores[cv.scores["fold"] != job.fold])) for job, model in zip(cv.jobs, cv.models)]
+    parts = map_jobs(_calibrated_fold, jobs, n_jobs=n_jobs, cluster=cluster, progress=progress, desc="calibrated folds")
+    scores = pd.concat(parts, ignore_index=True)
+    scores["source"] = scores["run_id"].map(dict(zip(cv.scores["run_id"], cv.scores["source"])))
+    scores["set"] = np.where(scores["source"].map(is_bundled), "bundled", "real")
+    return scores
 
 
 # ------------------------------------------------------------------ summaries
@@ -924,6 +979,7 @@ def summarise(scores: pd.DataFrame, by: Sequence[str] = ("fraction",), *, source
             "runs": len(part),
             "weight": float(w.sum()),
             "error": _mean(part["error"], w),
+            **({"mean_error": _mean(part["mean_error"], w)} if "mean_error" in part else {}),
             "persistence": _mean(part["persistence_error"], w),
             "paper_law": _mean(part["paper_law_error"], w),
             "coverage_90": _mean(part["covered_90"], w),
@@ -940,7 +996,7 @@ def summarise(scores: pd.DataFrame, by: Sequence[str] = ("fraction",), *, source
         rows.append(row)
     table = pd.DataFrame(rows)
     if len(table):
-        table.insert(len(by) + 5, "ratio_to_persistence", table["error"] / table["persistence"])
+        table.insert(list(table.columns).index("persistence") + 2, "ratio_to_persistence", table["error"] / table["persistence"])
     return table
 
 
@@ -1037,6 +1093,28 @@ def summary_tables(scores: pd.DataFrame) -> dict[str, pd.DataFrame]:
         }  # fmt: skip
     parts |= {"bundled runs": (bundled, None), "all runs": (scores, None), "all runs, hardest third": (hardest(scores), None)}
     return {title: summarise(part, source_cap=cap) for title, (part, cap) in parts.items() if len(part)}
+
+
+def by_signal_third(scores: pd.DataFrame, *, source_cap: float | None = SOURCE_CAP) -> pd.DataFrame:
+    """Share of truths above q95 and 90% coverage per observed fraction in each third of ``std_rel`` (runs without
+    ``reward_std`` apart), source-capped: where the learning signal says the future is open, are the intervals wide enough?"""
+    rows = []
+    for fraction, part in scores.groupby("fraction"):
+        weights = source_weights(part) if source_cap is not None and "source" in part else pd.Series(1.0, index=part.index)
+        log_rel = np.log(part["std_rel"].where(part["std_rel"] > 0))
+        known = log_rel.notna()
+        edges = [weighted_quantile(log_rel[known], q, weights[known]) for q in (1 / 3, 2 / 3)]
+        third = np.where(~known, "no reward_std", np.select([log_rel <= edges[0], log_rel <= edges[1]], ["low", "middle"], "high"))
+        for name in ("low", "middle", "high", "no reward_std"):
+            mask = third == name
+            if mask.any():
+                w = weights[mask]
+                rows.append({
+                    "fraction": fraction, "std_rel third": name, "runs": int(mask.sum()), "weight": float(w.sum()),
+                    "above_q95": _mean(part.loc[mask, "above_q95"], w), "coverage_90": _mean(part.loc[mask, "covered_90"], w),
+                    "quantile_score": _mean(part.loc[mask, "quantile_score"], w),
+                })  # fmt: skip
+    return pd.DataFrame(rows)
 
 
 def calibration_figure(scores: pd.DataFrame) -> Figure:

@@ -63,7 +63,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from bayes_grpo.errors import BayesGrpoError
@@ -399,11 +398,15 @@ class PlateauStoppingCallback(TrainerCallback):
 
             self.model = default_model()
         from bayes_grpo.logs import read_log
+        from bayes_grpo.logs.trl import log_history_frame
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            # The loaders' own reading of log_history: every GRPO signal logged beside the reward (reward_std,
+            # frac_reward_zero_std, ...) reaches the forecast, as it does from a trainer_state.json.
             run = read_log(
-                pd.DataFrame(rows, columns=["step", "reward"]),
+                log_history_frame([e for e in state.log_history if "step" in e], reward_names=(key,)),
+                metric=key,
                 family=self.family,
                 params_b=self.params_b or None,
                 total_steps=max(state.max_steps, rows[-1][0]),

@@ -66,7 +66,7 @@ from bayes_grpo.logs import RunLog
 from bayes_grpo.population import (
     PARAMS, PopulationPosterior, RunPrior, expected_reward, in_support, log_likelihood, logsumexp_rows, natural, step_noise,
 )  # fmt: skip
-from bayes_grpo.prepare import PreparedRun, bin_observations, noise_scale, prepare_run
+from bayes_grpo.prepare import LONG_PLAN_FACTOR, PreparedRun, bin_observations, noise_scale, prepare_run
 from bayes_grpo.measures import final_window_size, smoothed
 from bayes_grpo.settings import FINAL_WINDOW_FRACTION, FORECAST_QUANTILES
 
@@ -112,8 +112,6 @@ MCMC_CHAINS, MCMC_STEPS, MCMC_ROUNDS = 400, 30, 3
 MIXTURE_KERNELS, KERNEL_BANDWIDTH = 64, 0.6
 #: A change of the reward level counts as material, for the regimes, beyond this many per-step noise SDs.
 MATERIAL_NOISE = 1.0
-#: A planned length more than this many times the last logged step is warned about (a typo, or a forecast mostly of the prior).
-LONG_PLAN_FACTOR = 100
 #: Regimes reported by :attr:`Forecast.regimes`, in order.
 REGIMES = ("take_off_ahead", "plateau", "decline")
 # Second entry of the seed of the logging noise in Forecast.window_reward (apart from the sampler's streams).
@@ -140,8 +138,13 @@ class FinalReward:
 
     @property
     def mean(self) -> float:
-        """Posterior mean of the final reward."""
+        """Posterior mean of the final reward (it follows a long upper tail of late take-offs)."""
         return float(np.mean(self.samples))
+
+    @property
+    def median(self) -> float:
+        """Posterior median: the point forecast (the one absolute error calls for)."""
+        return float(np.median(self.samples))
 
     def quantile(self, q: float | np.ndarray) -> float | np.ndarray:
         """Posterior quantile(s) of the final reward.
@@ -225,6 +228,8 @@ class Forecast:
         :attr:`caveats` says so.
     seed : int
         Seed of the forecast; also fixes the logging noise drawn by :meth:`window_reward`.
+    calibrated : bool
+        Whether the draws went through the model's calibration layer (:mod:`bayes_grpo.recalibration`).
     uses_signal : bool
         Whether the model reads GRPO's learning signal (``reward_std``, model 3.0; see
         :func:`bayes_grpo.prepare.learning_signal`), so that a log without it is worth a caveat.
@@ -255,6 +260,7 @@ class Forecast:
     outside_population: float = 0.0
     seed: int = 0
     uses_signal: bool = False
+    calibrated: bool = False
 
     @property
     def caveats(self) -> list[str]:
@@ -262,7 +268,8 @@ class Forecast:
 
         A run whose latest steps gave GRPO no learning signal (every group's completions
         scored the same: :attr:`~bayes_grpo.prepare.PreparedRun.signal_exhausted`), a log
-        without the GRPO signals the model reads, a run outside what the population has
+        without the GRPO signals the model reads, a plan more than
+        :data:`~bayes_grpo.prepare.LONG_PLAN_FACTOR` times the log, a run outside what the population has
         seen (:attr:`outside_population` above :data:`OUTSIDE_POPULATION_WARN`), and
         importance weights that stayed unreliable (Pareto k-hat above :data:`PARETO_K_MAX`, or
         fewer than :data:`MIN_ESS_WARN` effective draws).
@@ -279,6 +286,18 @@ class Forecast:
             notes.append(
                 f"the log has no {' or '.join(missing)}: the forecast cannot read how much the completions of a "
                 "group still disagree (GRPO's learning signal) and is as wide as for a run whose signal is unknown"
+            )
+        if prepared.kind == "learned" and prepared.reward_ceiling is not None:
+            notes.append(
+                f"the rewards look like 0-or-{prepared.reward_ceiling:.2g} outcomes (reward_std^2 = reward x "
+                f"({prepared.reward_ceiling:.2g} - reward) at every logged step with spread): the forecast stays within "
+                f"0 to {prepared.reward_ceiling:.3g}; pass reward_range=(min, max) if that is wrong"
+            )
+        if self.observed_steps.size and self.total_steps > LONG_PLAN_FACTOR * self.observed_steps[-1]:
+            notes.append(
+                f"the planned {self.total_steps} steps are {self.total_steps / self.observed_steps[-1]:.0f} times the "
+                f"{int(self.observed_steps[-1])} logged: the log shows nothing of where the plan ends, so the forecast of its "
+                "end is the population's, hardly this run's"
             )
         if self.outside_population > OUTSIDE_POPULATION_WARN:
             notes.append(
@@ -359,8 +378,8 @@ class Forecast:
             raise ModelError("window_reward needs at least one step")
         noise = np.random.default_rng([self.seed, _WINDOW_NOISE_STREAM]).standard_normal(self.draws.shape[0])
         samples = self.mean_over(self.draws, steps) + noise * self.step_noise / np.sqrt(steps.size)
-        if self.prepared.kind == "range":  # a mean of rewards inside the declared range stays inside it
-            samples = np.clip(samples, self.prepared.loc, self.prepared.loc + self.prepared.unit)
+        if self.prepared.bounds is not None:  # a mean of rewards inside the range they can take stays inside it
+            samples = np.clip(samples, *self.prepared.bounds)
         return FinalReward(samples)
 
     @property
@@ -840,6 +859,7 @@ def forecast(
     n_draws: int = 1000,
     drift: float | None = None,
     seed: int = 0,
+    calibrated: bool = True,
 ) -> Forecast:
     """Forecast a run (finished, in progress, or not yet started) up to ``total_steps``.
 
@@ -864,6 +884,9 @@ def forecast(
         Scale of the Brownian discrepancy (default: ``model.model_config.drift``).
     seed : int
         Seed of the importance sampler and of the discrepancy paths.
+    calibrated : bool
+        Apply the model's calibration layer (:mod:`bayes_grpo.recalibration`), learned on held-out
+        real runs, when it has one (default); False gives the model's raw forecast.
 
     Returns
     -------
@@ -899,6 +922,7 @@ def forecast(
         initial_reward=initial_reward,
         reward_range=reward_range,
         source=source,
+        unit_progress=model.model_config.unit_progress,
     )
     if prepared.steps.size and prepared.total_steps > LONG_PLAN_FACTOR * prepared.steps[-1]:
         warnings.warn(
@@ -937,15 +961,19 @@ def forecast(
         curves = trend_paths(config, prepared, curves, t_grid, t_last, rng, trend)
     drift = float(config.drift if drift is None else drift)
     levels = curves + _brownian_discrepancy(rng, t_grid, t_last, drift * p["sigma"], config.drift_df) if drift > 0 else curves
-    if prepared.kind == "range":  # an expected reward cannot leave the range the reward functions can give
-        curves, levels = np.clip(curves, 0.0, 1.0), np.clip(levels, 0.0, 1.0)
     current = expected_reward(config, np.array([t_last]), p) if last else r0
     plateau_t = plateau_progress(config.form, tau, beta)
+    draws, curves = prepared.to_reward(levels), prepared.to_reward(curves)
+    layer = getattr(model, "recalibration", None) if calibrated else None
+    if layer is not None:
+        draws, curves = layer.apply(draws, prepared, grid), layer.apply(curves, prepared, grid)
+    if prepared.bounds is not None:  # an expected reward cannot leave the range the reward functions can give
+        draws, curves = np.clip(draws, *prepared.bounds), np.clip(curves, *prepared.bounds)
     return Forecast(
         run_id=prepared.run_id,
         steps=grid,
-        draws=prepared.to_reward(levels),
-        curves=prepared.to_reward(curves),
+        draws=draws,
+        curves=curves,
         total_steps=total,
         observed_steps=prepared.steps.astype(int),
         observed_rewards=prepared.to_reward(prepared.z),
@@ -961,6 +989,7 @@ def forecast(
         outside_population=conditioned.outside_population,
         seed=seed,
         uses_signal="gain_signal" in model.population_arrays(),
+        calibrated=layer is not None,
     )
 
 

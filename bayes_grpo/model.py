@@ -19,6 +19,7 @@ what it was fitted on and the sampler diagnostics.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -40,7 +41,8 @@ from bayes_grpo.errors import ModelError
 from bayes_grpo.forecast import Forecast, forecast
 from bayes_grpo.logs import RunLog, RunSet
 from bayes_grpo.population import MODEL_VERSION, POPULATION_VARS, build_model, resolve_parameterisation
-from bayes_grpo.prepare import SCALE_KINDS, PreparedRun, prepare_run, size_centres
+from bayes_grpo.prepare import LONG_PLAN_FACTOR, SCALE_KINDS, PreparedRun, frozen_after_start, prepare_training_run, size_centres, training_horizon
+from bayes_grpo.recalibration import Recalibration
 from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE
 from bayes_grpo.stopping import RelativeTo, StopDecision, stop_decision, stop_probability
 from bayes_grpo.sweeps import Ranking, rank
@@ -115,6 +117,10 @@ class FittedModel:
         The full fit (per-run parameters, sample stats, log-likelihood) when kept.
     diagnostics : FitDiagnostics or None
         Sampler health.
+    recalibration : Recalibration or None
+        The calibration layer learned for this fit by source-grouped cross-validation on real runs
+        (:mod:`bayes_grpo.recalibration`), applied to every forecast unless ``calibrated=False``;
+        None for a fit without one (``scripts/refit_default_model.py`` learns it).
 
     Example
     -------
@@ -129,7 +135,20 @@ class FittedModel:
     fitted_on: dict[str, Any] = field(default_factory=dict)
     idata: az.InferenceData | None = None
     diagnostics: FitDiagnostics | None = None
+    recalibration: Recalibration | None = None
     _arrays: dict[str, np.ndarray] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def fit_id(self) -> str:
+        """Id of this fit: a hash of the model version and config, what it was fitted on and its posterior draws
+        (as pymc-marketing's ``ModelIO.id``); a calibration layer records the id it was learned for."""
+        digest = hashlib.sha256()
+        digest.update(MODEL_VERSION.encode())
+        digest.update(json.dumps(self.model_config.to_dict(), sort_keys=True).encode())
+        digest.update(json.dumps({k: v for k, v in self.fitted_on.items() if k != "date"}, sort_keys=True, default=str).encode())
+        for name in sorted(self.population.data_vars):
+            digest.update(np.ascontiguousarray(self.population[name].values, dtype=float).tobytes())
+        return digest.hexdigest()[:16]
 
     @property
     def form(self) -> str:
@@ -371,6 +390,7 @@ class FittedModel:
             "size_centres": json.dumps(list(self.size_centres)),
             "fitted_on": json.dumps(self.fitted_on, default=str),
             "diagnostics": json.dumps(asdict(self.diagnostics) if self.diagnostics is not None else None),
+            **({"recalibration": self.recalibration.to_json()} if self.recalibration is not None else {}),
         }
 
 
@@ -431,7 +451,7 @@ def load_model(path: str | os.PathLike) -> FittedModel:
     # Settings a file written before they existed was fitted without (their old behaviour).
     stored = {"gain_at": "asymptote", "drift_df": None} | json.loads(attrs["model_config"])
     stored["priors"] = {"spread_prior": "halfnormal", "fixed_start_sd": [None, None]} | stored.get("priors", {})
-    return FittedModel(
+    model = FittedModel(
         population=population,
         model_config=ModelConfig.from_dict(stored),
         sampler_config=SamplerConfig.from_dict(json.loads(attrs["sampler_config"])),
@@ -440,6 +460,12 @@ def load_model(path: str | os.PathLike) -> FittedModel:
         idata=idata if full else None,
         diagnostics=FitDiagnostics(**diagnostics) if diagnostics else None,
     )
+    if "recalibration" in attrs:
+        layer = Recalibration.from_json(attrs["recalibration"])
+        if layer.fit_id != model.fit_id:
+            raise ModelError(f"{file}: its calibration layer was learned for fit {layer.fit_id}, not this file's fit {model.fit_id}; relearn it")
+        model.recalibration = layer
+    return model
 
 
 def _with_kind_means(population: xr.Dataset) -> xr.Dataset:
@@ -540,13 +566,32 @@ def fit(
     }
     mconfig = merge(merge(ModelConfig(), model_config), shortcuts_model or None)
     runs = list(runs)
+    frozen = [run.run_id for run in runs if frozen_after_start(run)]
+    if frozen:
+        warnings.warn(
+            f"{len(frozen)} run(s) left out of the fit: their reward never changes after the first tenth of their log, so they "
+            f"hold nothing the curve's timescale and shape can be learned from: {', '.join(frozen[:5])}" + (", ..." if len(frozen) > 5 else ""),
+            UserWarning,
+            stacklevel=2,
+        )
+        runs = [run for run in runs if run.run_id not in frozen]
     mconfig = resolve_parameterisation(mconfig, len(runs))
     sconfig = merge(merge(SamplerConfig(), sampler_config), shortcuts_sampler or None)
     sconfig = merge(sconfig, {"sampler": _pick_sampler(sconfig.sampler)})
     sconfig = merge(sconfig, {"target_accept": target_accept(sconfig, mconfig)})
-    prepared = [prepare_run(run, require_total=False) for run in runs]
-    if not prepared:
+    if not runs:
         raise ModelError("fit needs at least one run")
+    horizons = [training_horizon(run) for run in runs]
+    cut_short = [f"{run.run_id} ({len(run)} steps of {run.meta.total_steps})" for run, (_, logged) in zip(runs, horizons) if logged and run.meta.total_steps]
+    if cut_short:
+        warnings.warn(
+            f"{len(cut_short)} run(s) logged less than 1/{LONG_PLAN_FACTOR} of their planned steps, so they show nothing of where "
+            f"their plan ends: the fit learns their logged shape, as runs as long as their logs: {', '.join(cut_short[:5])}"
+            + (", ..." if len(cut_short) > 5 else ""),
+            UserWarning,
+            stacklevel=2,
+        )
+    prepared = [prepare_training_run(run, mconfig.unit_progress) for run in runs]
     centres = size_centres(prepared)
     model = build_model(prepared, mconfig, centres)
     started = time.perf_counter()

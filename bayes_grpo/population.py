@@ -79,7 +79,9 @@ from bayes_grpo.prepare import SCALE_KINDS, PreparedRun, bin_observations, centr
 #: 2.4: the curve relative to the plan end without a floor on F(1) (:func:`expected_reward`);
 #: 2.5: zero-avoiding Gamma(2) priors on the population spreads and a fixed learned-scale start spread;
 #: 3.0: GRPO's learning signal (``reward_std``) as a covariate of gain and timescale, per scale kind.
-MODEL_VERSION = "3.0"
+#: 4.0: runs with a plan hundreds of times their log fitted as their logged shape, runs frozen after their first steps left
+#:      out; forecasts calibrated by a layer stored with the fit (:mod:`bayes_grpo.recalibration`).
+MODEL_VERSION = "4.0"
 #: Per-run parameters, in the unconstrained space the forecast samples.
 PARAMS = ("r0", "asinh_gain", "log_tau", "log_beta", "log_sigma")
 #: Name of each parameter's standard-normal offset in the non-centred PyMC model.

@@ -11,7 +11,11 @@ The model works on *normalised progress* ``t = step / total_steps`` and on a
   A training run is normalised on all its steps, a run in progress on the steps
   it has: the unit is then smaller early on, which measured better than a unit
   fixed to the first quarter of the run (it keeps forecasts of runs that have
-  barely moved close to their current level).
+  barely moved close to their current level), and better than a unit read from the
+  first fifth of the plan in the fit as at forecast time
+  (:attr:`~bayes_grpo.config.ModelConfig.unit_progress`, :func:`head_window`): that one
+  makes the units agree, but held out by source its forecasts' error and quantile score
+  were worse (``docs/notes/2026-12-05-model-v4.md``).
 
 Both are computed only from the steps a run has logged so far, so a run in
 progress is normalised exactly as it will be at forecast time.
@@ -50,14 +54,20 @@ SIGNAL_POINTS = 10
 #: Log relative spread that the covariate is centred on and its unit (about the median and SD
 #: over the bundled and the shared runs), and the range it is clipped to, in those units.
 SIGNAL_CENTRE, SIGNAL_SCALE, SIGNAL_CLIP = -0.3, 1.0, 3.0
-#: A run's latest completions carry no learning signal when, at every one of its last
-#: :data:`SIGNAL_POINTS` logged steps, ``reward_std`` is at most this share of its reward unit or the
-#: share of groups with no spread (``frac_reward_zero_std``) is at least :data:`NO_SIGNAL_ZERO_SHARE`,
-#: and the logged reward did not move over those steps (:func:`no_learning_signal`).
+#: A logged step had no learning signal when its ``reward_std`` is at most this share of the run's reward unit
+#: or its share of groups without spread (``frac_reward_zero_std``) is at least :data:`NO_SIGNAL_ZERO_SHARE`;
+#: a run has none left when its latest steps form a stretch of such steps too long to be chance
+#: (:func:`no_learning_signal`, :data:`NO_SIGNAL_CHANCE`).
 NO_SIGNAL_SPREAD = 1e-3
 NO_SIGNAL_ZERO_SHARE = 0.99
+#: A trailing stretch of steps without signal counts as the end of learning when a stretch that long would turn up
+#: by chance anywhere in a log of that length with less than this probability.
+NO_SIGNAL_CHANCE = 0.01
 # Initial reward (fraction of the range) that the population effects are centred on.
 INITIAL_REWARD_CENTRE = 0.3
+#: A planned length more than this many times the last logged step: a forecast extrapolates far beyond
+#: what the log shows (it warns), and a fit learns only the run's logged shape (:func:`training_horizon`).
+LONG_PLAN_FACTOR = 100
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,15 @@ class PreparedRun:
     recent_zero_share: float = float("nan")
     #: The latest steps gave GRPO no learning signal (:func:`no_learning_signal`).
     signal_exhausted: bool = False
+    #: Largest reward of a log whose rewards are 0-or-k outcomes, inferred from ``reward_std`` (:func:`binary_reward_ceiling`).
+    reward_ceiling: float | None = None
+
+    @property
+    def bounds(self) -> tuple[float, float] | None:
+        """The rewards' range in reward units: the declared one, else ``(0, reward_ceiling)`` when inferred, else None."""
+        if self.kind == "range":
+            return self.loc, self.loc + self.unit
+        return (0.0, self.reward_ceiling) if self.reward_ceiling is not None else None
 
     @property
     def has_signal(self) -> bool:
@@ -163,19 +182,89 @@ def spread_scale(rewards: np.ndarray) -> float:
     return max(reward_spread(y), 2.0 * noise_scale(y))
 
 
+def head_window(steps: np.ndarray, total_steps: int, progress: float) -> np.ndarray:
+    """Mask of a run's head window: its logged steps up to ``progress`` of ``total_steps``,
+    and at least its first :data:`SIGNAL_POINTS` logged steps (a run logged sparsely early still gets a unit)."""
+    steps = np.asarray(steps, dtype=float)
+    if steps.size == 0:
+        return np.zeros(0, bool)
+    edge = max(progress * total_steps, steps[min(SIGNAL_POINTS, steps.size) - 1])
+    return steps <= edge
+
+
+def training_horizon(run: RunLog) -> tuple[int, bool]:
+    """The planned length a fit normalises ``run`` by, and whether that is its logged length instead of its plan.
+
+    A run that logged less than 1/:data:`LONG_PLAN_FACTOR` of its plan (e.g. 200 steps of a
+    56,000-step plan) shows nothing of where its plan ends: read against that plan, all its
+    steps sit at progress 0 and the population's gain and timescale have nothing to hold on
+    to (five such runs made a fit on the shared runs fail to mix: max r_hat 1.65). Such a run
+    teaches its logged shape, so the fit treats it as a run as long as its log. A run without
+    a plan is normalised by its last logged step as well.
+    """
+    last = int(np.max(run.steps)) if len(run.steps) else 0
+    planned = run.meta.total_steps
+    if planned is None:
+        return last, True
+    if last and planned > LONG_PLAN_FACTOR * last:
+        return last, True
+    return int(planned), False
+
+
+#: Fewest logged steps with spread that :func:`binary_reward_ceiling` needs, the share of them whose estimate must agree
+#: with the median within :data:`CEILING_AGREEMENT`, and the slack added to the inferred ceiling.
+CEILING_MIN_STEPS, CEILING_AGREEING_SHARE, CEILING_AGREEMENT, CEILING_SLACK = 12, 0.9, 0.03, 0.02
+
+
+def binary_reward_ceiling(rewards: np.ndarray, reward_std: np.ndarray | None) -> float | None:
+    """The largest reward ``k`` of a log whose rewards are 0 or ``k`` (one 0/1 correctness reward, say), else None.
+
+    For such rewards the spread of a step's completions is ``reward_std^2 = r (k - r)`` at its mean
+    ``r``, so every step with ``0 < r`` and some spread gives ``k = r + reward_std^2 / r``. When at least
+    :data:`CEILING_MIN_STEPS` such steps agree (:data:`CEILING_AGREEING_SHARE` of them within
+    :data:`CEILING_AGREEMENT` of their median) and no logged mean exceeds it, the ceiling is that median
+    plus :data:`CEILING_SLACK` (for the n-1 of a sample spread). On the shared runs it was inferred for 11 of
+    them, all at ``k`` about 1, and no run's later reward went above it. Steps without spread are left out:
+    they say ``k = r`` for any reward.
+    """
+    if reward_std is None:
+        return None
+    r, s = np.asarray(rewards, dtype=float), np.asarray(reward_std, dtype=float)
+    usable = np.isfinite(r) & np.isfinite(s) & (r > 0) & (s > 0)
+    if usable.sum() < CEILING_MIN_STEPS:
+        return None
+    estimates = r[usable] + s[usable] ** 2 / r[usable]
+    ceiling = float(np.median(estimates))
+    if np.mean(np.abs(estimates / ceiling - 1.0) < CEILING_AGREEMENT) < CEILING_AGREEING_SHARE or np.nanmax(r) > ceiling:
+        return None
+    return ceiling * (1.0 + CEILING_SLACK)
+
+
+def frozen_after_start(run: RunLog) -> bool:
+    """Whether a run's reward never changes after the first tenth of its log (and it logged at least 10 steps).
+
+    Such a run (one shared run collapsed from -0.68 to exactly -1 in its first steps and logged -1
+    for 230 more) holds one level and a jump too early to date: the curve's timescale and shape
+    have two equally good explanations, and a fit that includes it does not mix (max r_hat 1.8).
+    A fit leaves it out with a warning; a forecast of it is unaffected.
+    """
+    rewards = np.asarray(run.rewards, dtype=float)
+    return rewards.size >= 10 and np.ptp(rewards[rewards.size // 10 :]) == 0.0
+
+
 def learning_signal(steps: np.ndarray, rewards: np.ndarray, reward_std: np.ndarray | None, total_steps: int) -> float:
     """Standardised log relative spread of the completions' rewards early in the run (module docstring).
 
-    ``log(mean reward_std / learned unit)`` over the logged steps up to :data:`SIGNAL_PROGRESS` of
-    ``total_steps`` (the last :data:`SIGNAL_POINTS` of them with a finite ``reward_std``; the unit is
-    :func:`spread_scale` of the rewards up to there), centred and scaled by :data:`SIGNAL_CENTRE` and
+    ``log(mean reward_std / learned unit)`` over the head window (:func:`head_window`; the last
+    :data:`SIGNAL_POINTS` of its steps with a finite ``reward_std``; the unit is :func:`spread_scale`
+    of the rewards there, the learned scale's unit), centred and scaled by :data:`SIGNAL_CENTRE` and
     :data:`SIGNAL_SCALE` and clipped to +-:data:`SIGNAL_CLIP`. NaN when fewer than 3 such steps log a
     ``reward_std``. A spread of exactly 0 (no group could learn) gives the lower clip.
     """
     if reward_std is None:
         return float("nan")
     steps, rewards, reward_std = (np.asarray(a, dtype=float) for a in (steps, rewards, reward_std))
-    early = steps <= max(SIGNAL_PROGRESS * total_steps, steps[0] if steps.size else 0.0)
+    early = head_window(steps, total_steps, SIGNAL_PROGRESS)
     spreads = reward_std[early]
     spreads = spreads[np.isfinite(spreads)][-SIGNAL_POINTS:]
     if spreads.size < 3:
@@ -185,25 +274,33 @@ def learning_signal(steps: np.ndarray, rewards: np.ndarray, reward_std: np.ndarr
 
 
 def no_learning_signal(rewards: np.ndarray, reward_std: np.ndarray | None, zero_share: np.ndarray | None, unit: float) -> bool:
-    """Whether GRPO had no learning signal over the last :data:`SIGNAL_POINTS` logged steps, and nothing moved.
+    """Whether GRPO has had no learning signal for a stretch of latest steps too long to be chance.
 
-    Every one of those steps logged no spread within its groups (``reward_std`` at most
+    A step is quiet when no group's completions disagreed (``reward_std`` at most
     :data:`NO_SIGNAL_SPREAD` of ``unit``, or ``frac_reward_zero_std`` at least
-    :data:`NO_SIGNAL_ZERO_SHARE`), and the logged reward was the same at all of them. The second
-    condition matters for logs of one small group a step: there a step without spread is common
-    by chance (a group of 2 completions of a prompt solved 30% of the time agrees 58% of the
-    time), the reward then jumps between steps, and later groups do disagree again (on the
-    shared runs two such runs recovered after 10 such steps).
+    :data:`NO_SIGNAL_ZERO_SHARE`). In logs of one small group a step a quiet step is common by
+    chance (2 completions of a prompt solved 30% of the time agree 58% of the time), so the
+    trailing stretch of quiet steps must be long against the log's own rate ``f`` of quiet steps
+    before it: a stretch of ``L`` turns up anywhere in ``n`` steps with probability about
+    ``n (1 - f) f^L``, and the run has no signal left when that is below :data:`NO_SIGNAL_CHANCE`
+    and the stretch is at least :data:`SIGNAL_POINTS` steps. What the batch mean does meanwhile does
+    not matter: different prompts are solved or failed from step to step, so it moves even when
+    no group can teach the policy anything.
     """
-    rewards = np.asarray(rewards, dtype=float)[-SIGNAL_POINTS:]
-    if rewards.size < SIGNAL_POINTS or np.ptp(rewards) > 0:
-        return False
-    quiet = np.zeros(rewards.size, bool)
+    n = np.asarray(rewards).size
+    quiet = np.zeros(n, bool)
     if reward_std is not None:
-        quiet |= np.asarray(reward_std, dtype=float)[-SIGNAL_POINTS:] <= NO_SIGNAL_SPREAD * unit
+        quiet |= np.asarray(reward_std, dtype=float) <= NO_SIGNAL_SPREAD * unit
     if zero_share is not None:
-        quiet |= np.asarray(zero_share, dtype=float)[-SIGNAL_POINTS:] >= NO_SIGNAL_ZERO_SHARE
-    return bool(quiet.all())
+        quiet |= np.asarray(zero_share, dtype=float) >= NO_SIGNAL_ZERO_SHARE
+    stretch = n - int(np.flatnonzero(~quiet)[-1]) - 1 if (~quiet).any() else n
+    if stretch < SIGNAL_POINTS:
+        return False
+    before = quiet[: n - stretch]
+    rate = float(before.mean()) if before.size else 0.0
+    if rate <= 0.0:
+        return True
+    return n * (1.0 - rate) * rate**stretch < NO_SIGNAL_CHANCE
 
 
 def _recent_mean(values: np.ndarray | None) -> float:
@@ -225,12 +322,14 @@ def prepare_run(
     reward_range: tuple[float, float] | None = None,
     source: str | None = None,
     require_total: bool = True,
+    unit_progress: float | None = None,
 ) -> PreparedRun:
     """Normalise a run (or describe a run not yet started when ``run`` is None).
 
     Keyword arguments override the run's metadata (``source`` its ``source_repo``). ``total_steps`` falls back to
     the run's planned steps, then (only when ``require_total`` is False, as for
-    finished training runs) to its last logged step.
+    finished training runs) to its last logged step. ``unit_progress`` is the head window whose reward spread
+    is a learned scale's unit (:attr:`~bayes_grpo.config.ModelConfig.unit_progress`; None: all logged steps).
     """
     meta = run.meta if run is not None else None
     family = family if family is not None else (meta.family if meta else None)
@@ -269,7 +368,8 @@ def prepare_run(
                 f"run {run_id!r}: a run with no logged steps needs reward_range=(min, max) to put the forecast on a reward scale"
             )
         kind = "learned"
-        loc, unit = early_level(rewards), spread_scale(rewards)
+        unit_rewards = rewards if unit_progress is None else rewards[head_window(steps, total, unit_progress)]
+        loc, unit = early_level(rewards), spread_scale(unit_rewards)
 
     initial_z = None if initial_reward is None else (float(initial_reward) - loc) / unit
     if kind == "range":
@@ -298,7 +398,14 @@ def prepare_run(
         recent_reward_std=_recent_mean(reward_std),
         recent_zero_share=_recent_mean(zero_share),
         signal_exhausted=no_learning_signal(rewards, reward_std, zero_share, unit),
+        reward_ceiling=binary_reward_ceiling(rewards, reward_std) if kind == "learned" and np.nanmin(rewards, initial=0.0) >= 0 else None,
     )
+
+
+def prepare_training_run(run: RunLog, unit_progress: float | None = None) -> PreparedRun:
+    """A run as a fit learns from it: normalised by :func:`training_horizon`, in the units a forecast uses."""
+    total, _ = training_horizon(run)
+    return prepare_run(run, total_steps=total or None, require_total=False, unit_progress=unit_progress)
 
 
 def size_centres(prepared: list[PreparedRun]) -> list[float]:

@@ -32,7 +32,7 @@ from bayes_grpo.logs import RunLog
 from bayes_grpo.measures import cut, final_reward, horizon
 from bayes_grpo.model import steps_per_chain
 from bayes_grpo.population import simulate
-from bayes_grpo.prepare import prepare_run
+from bayes_grpo.prepare import prepare_training_run
 from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE
 
 if TYPE_CHECKING:
@@ -318,7 +318,7 @@ def ppc_figure(model: FittedModel, runs: Sequence[RunLog], n_draws: int = 400, s
     rows = -(-len(runs) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 2.9 * rows), squeeze=False)
     for ax, run in zip(axes.flat, runs):
-        prepared = prepare_run(run, require_total=False)
+        prepared = prepare_training_run(run, model.model_config.unit_progress)
         p = post.sel(run=run.run_id)
         params = {name: p[name].values for name in ("r0", "gain", "tau", "beta", "sigma") if name in p}
         mu, predictive = simulate(model.model_config, prepared.t, params, rng)

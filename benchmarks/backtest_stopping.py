@@ -36,7 +36,7 @@ from common import RESULTS, add_engine_args, add_fold_fit_args, add_run_args, fi
 
 import bayes_grpo as bg
 from bayes_grpo import backtest, stopping
-from bayes_grpo.calibration import SOURCE_CAP, load_evaluation_runs
+from bayes_grpo.calibration import SOURCE_CAP, learn_layer, load_evaluation_runs
 from bayes_grpo.config import SamplerConfig
 from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE, quick_mode
 
@@ -87,6 +87,11 @@ def main() -> None:
     parser.add_argument("--model", help="replay with this saved model ('default': the shipped one) instead of fitting folds")
     parser.add_argument("--every", type=float, default=backtest.CHECK_EVERY, help="spacing of the checks, share of the steps (default 0.02)")
     add_fold_fit_args(parser)
+    parser.add_argument(
+        "--layers-from", type=Path, metavar="CSV",
+        help="the calibration benchmark's held-out forecasts of the same folds (calibration_runs.csv): each fold's model gets the "
+        "calibration layer learned on the other folds, so the rule is replayed on calibrated forecasts as the package makes them",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder to write the results to (default benchmarks/results)")
     parser.add_argument("--save-replays", type=Path, metavar="FILE", help="also pickle the replays (every check's evidence) to FILE")
     parser.add_argument(
@@ -98,7 +103,7 @@ def main() -> None:
 
     runs, sources = load_evaluation_runs(args.shared, bundled=not args.no_bundled, max_runs=args.max_runs, seed=args.seed)
     model = None if args.model is None else (bg.default_model() if args.model == "default" else bg.load_model(args.model))
-    options = fit_options(args.draws, args.chains)
+    options = fit_options(args.draws, args.chains, args.model_config)
     sampler = SamplerConfig()
     quick = " (quick mode, BAYES_GRPO_QUICK=1)" if quick_mode() else ""
     defaults = f"package defaults, {sampler.chains} chains x {sampler.draws} draws after {sampler.tune} tuning steps{quick}"
@@ -110,9 +115,14 @@ def main() -> None:
         result = backtest.rescore(traces, folds)
         how += f"; rules scored on the replays saved in `{args.from_replays.name}`"
     else:
+        layers = None
+        if args.layers_from is not None:
+            held_out = pd.read_csv(args.layers_from)
+            layers = {fold: learn_layer(held_out[held_out["fold"] != fold]) for fold in sorted(held_out["fold"].unique())}
+            how += f"; each fold's forecasts calibrated by the layer learned on the other folds' held-out forecasts in `{args.layers_from.name}`"
         result = backtest.backtest(
             runs, sources, n_folds=args.folds, model=model, fit_options=options, seed=args.seed, every=args.every,
-            n_jobs=args.jobs, cluster=args.cluster, progress=not args.quiet, cache_dir=args.cache, scored=args.scored,
+            n_jobs=args.jobs, cluster=args.cluster, progress=not args.quiet, cache_dir=args.cache, scored=args.scored, layers=layers,
         )  # fmt: skip
     if args.save_replays is not None:
         args.save_replays.write_bytes(pickle.dumps((result.traces, result.folds)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import shlex
 import subprocess
@@ -31,6 +32,10 @@ def add_fold_fit_args(parser: argparse.ArgumentParser) -> None:
         help="folder of cached fold fits: a rerun with the same model code, runs and sampler settings skips the fits (shared by calibration.py and backtest_stopping.py)",
     )  # fmt: skip
     parser.add_argument(
+        "--model-config", type=json.loads, default=None, metavar="JSON",
+        help='model settings of every fold fit, overriding the defaults (e.g. \'{"unit_progress": null}\' for model 3\'s units)',
+    )  # fmt: skip
+    parser.add_argument(
         "--scored", choices=SCORED_SETS, default="all",
         help="which held-out runs are scored (the folds still train on every run, so cached fold fits are reused; 'real' is about 5x faster)",
     )  # fmt: skip
@@ -45,9 +50,9 @@ def add_run_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
 
 
-def fit_options(draws: int | None, chains: int | None) -> dict:
+def fit_options(draws: int | None, chains: int | None, model_config: dict | None = None) -> dict:
     """Keyword arguments of bayes_grpo.fit for every fold (None: the package defaults, shorter with BAYES_GRPO_QUICK=1)."""
-    options = {}
+    options: dict = {"model_config": model_config} if model_config else {}
     if draws:
         options.update(draws=draws, tune=draws)
     if chains:

@@ -14,6 +14,8 @@ people's data: the model records how many there were and the SHA-256 of their
     python scripts/refit_default_model.py --out /tmp/default_model.nc                     # full settings
     python scripts/refit_default_model.py --out /tmp/quick.nc --quick                     # smoke check
     python scripts/refit_default_model.py --out /tmp/default_model.nc --replace-shipped   # also replace the shipped file
+    python scripts/refit_default_model.py --from-fit /tmp/default_model.nc --layer-from benchmarks/results/calibration_runs.csv \\
+        --out /tmp/default_model.nc --replace-shipped                                     # with its calibration layer
 
 The shipped file is replaced only with ``--replace-shipped``.
 """
@@ -31,21 +33,37 @@ from pathlib import Path
 import bayes_grpo as bg
 from bayes_grpo.model import DEFAULT_MODEL_PATH
 from bayes_grpo.population import MODEL_VERSION
+from bayes_grpo.recalibration import Recalibration
 from bayes_grpo.settings import bundled_runs_dir, shared_runs_dir
 
 
-def provenance(bundled: list[bg.RunLog], shared: Path | None, n_shared: int, argv: list[str]) -> dict:
-    """What the model was fitted on: bundled run ids, shared runs by count and index checksum."""
+def provenance(bundled: list[bg.RunLog], shared: Path | None, external: list[bg.RunLog], fitted: set[str], argv: list[str]) -> dict:
+    """What the model was fitted on: bundled run ids, shared runs by count and index checksum (runs the fit left out, e.g.
+    frozen after their first steps, are not counted)."""
     index = shared / "index.csv" if shared is not None else None
+    n_shared = sum(r.run_id in fitted for r in external)
     return {
-        "runs": [r.run_id for r in bundled],
-        "n_runs": len(bundled) + n_shared,
-        "sources": {"bundled (data/runs)": len(bundled), "shared (external runs)": n_shared},
+        "runs": [r.run_id for r in bundled if r.run_id in fitted],
+        "n_runs": sum(r.run_id in fitted for r in bundled) + n_shared,
+        "sources": {"bundled (data/runs)": sum(r.run_id in fitted for r in bundled), "shared (external runs)": n_shared},
+        "left_out": len(bundled) + len(external) - len(fitted),
         "external_index_sha256": hashlib.sha256(index.read_bytes()).hexdigest() if index is not None and index.is_file() else None,
         "model_version": MODEL_VERSION,
         "date": dt.date.today().isoformat(),
         "command": "python scripts/refit_default_model.py " + " ".join(argv),
     }
+
+
+def calibration_layer(scores_csv: Path, model: bg.FittedModel) -> "Recalibration":
+    """The calibration layer learned from a calibration benchmark's held-out forecasts of this model version."""
+    import pandas as pd
+
+    from bayes_grpo.calibration import learn_layer
+
+    scores = pd.read_csv(scores_csv)
+    if "yardstick" not in scores or set(scores.get("model_version", pd.Series(["?"])).astype(str)) != {MODEL_VERSION}:
+        raise SystemExit(f"{scores_csv}: not held-out forecasts of model {MODEL_VERSION}; rerun benchmarks/calibration.py first")
+    return learn_layer(scores, fit_id=model.fit_id)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,6 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shared", type=Path, default=None, help="folder of the shared runs (index.csv + runs/)")
     parser.add_argument("--quick", action="store_true", help="200 draws and tuning steps instead of the package defaults")
     parser.add_argument("--seed", type=int, default=None, help="sampler seed (default: the package's, 0, as `bayes-grpo fit` uses)")
+    parser.add_argument("--from-fit", type=Path, default=None, metavar="NC", help="a model file this script wrote: learn its layer without refitting")
+    parser.add_argument(
+        "--layer-from", type=Path, default=None, metavar="CSV",
+        help="held-out forecasts (benchmarks/results/calibration_runs.csv, written by benchmarks/calibration.py with this model "
+        "version) to learn the calibration layer from; it is stored in the model file",
+    )  # fmt: skip
     args = parser.parse_args(argv)
 
     bundled = list(bg.load_runs(bundled_runs_dir()))
@@ -63,11 +87,17 @@ def main(argv: list[str] | None = None) -> int:
     external = list(bg.load_runs(shared / "runs")) if shared is not None else []
     if not external:
         warnings.warn("no shared runs found: fitting on the bundled runs only", stacklevel=1)
-    quick = {"draws": 200, "tune": 200} if args.quick else {}
-    seed = {} if args.seed is None else {"seed": args.seed}
-    model = bg.fit(bundled + external, sampler_config={"chains": 2, **seed, **quick}, keep_full=False)
-    print(model.diagnostics)
-    model.fitted_on = provenance(bundled, shared, len(external), argv)
+    if args.from_fit is not None:  # the fit is done: only (re)learn its calibration layer
+        model = bg.load_model(args.from_fit)
+    else:
+        quick = {"draws": 200, "tune": 200} if args.quick else {}
+        seed = {} if args.seed is None else {"seed": args.seed}
+        model = bg.fit(bundled + external, sampler_config={"chains": 2, **seed, **quick}, keep_full=False)
+        print(model.diagnostics)
+        model.fitted_on = provenance(bundled, shared, external, set(model.fitted_on["runs"]), argv)
+    if args.layer_from is not None:
+        model.recalibration = calibration_layer(args.layer_from, model)
+        print(f"calibration layer from {args.layer_from}: offsets {model.recalibration.offsets}")
     written = model.save(args.out, full=False)
     print(f"wrote {written} ({len(bundled)} bundled + {len(external)} shared runs)")
     if args.replace_shipped:

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 import bayes_grpo as bg
-from bayes_grpo.forecast import LONG_PLAN_FACTOR
+from bayes_grpo.prepare import LONG_PLAN_FACTOR
 from bayes_grpo.stopping import StopDecision
 
 

@@ -1,4 +1,4 @@
-"""Model 3.0: GRPO's learning signal (``reward_std``) read from the log, in the forecast, in the stop rule."""
+"""GRPO's learning signal (``reward_std``) read from the log, in the forecast, in the stop rule, in the fit's units."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import bayes_grpo as bg
 from bayes_grpo import measures, shapes
 from bayes_grpo.population import MODEL_VERSION, covariates
-from bayes_grpo.prepare import SIGNAL_CLIP, learning_signal, prepare_run
+from bayes_grpo.prepare import LONG_PLAN_FACTOR, SIGNAL_CLIP, frozen_after_start, learning_signal, prepare_run, training_horizon
 
 
 def _run(rewards: np.ndarray, spreads: np.ndarray | None, total: int = 200, zero_share: np.ndarray | None = None) -> bg.RunLog:
@@ -89,6 +89,58 @@ def test_flat_head_with_signal_has_a_higher_upper_quantile_than_without():
     assert live.final.quantile(0.95) > idle.final.quantile(0.95) + 0.02
 
 
+def test_flat_head_signal_reaches_the_forecast_through_the_callback_as_through_read_log():
+    """The live path reads log_history with the loaders' parser, so reward_std moves the callback's forecast too."""
+    from transformers import TrainerState
+
+    from bayes_grpo.callback import PlateauStoppingCallback
+
+    rng = np.random.default_rng(3)
+    rewards = 0.2 + 0.03 * rng.standard_normal(90)
+    q95 = {}
+    for spread in (0.45, 0.01):
+        state = TrainerState(global_step=90, max_steps=300)
+        state.log_history = [{"step": i + 1, "reward": float(r), "reward_std": spread, "loss": 0.1} for i, r in enumerate(rewards)]
+        callback = PlateauStoppingCallback(model=bg.default_model(), n_draws=1000)
+        _, fc = callback._decide(state)
+        assert fc.prepared.has_signal
+        q95[spread] = fc.final.quantile(0.95)
+        direct = bg.default_model().forecast(_run(rewards, np.full(90, spread), total=300), seed=90)
+        assert fc.final.quantile(0.95) == pytest.approx(direct.final.quantile(0.95), rel=1e-6)
+    assert q95[0.45] > q95[0.01] + 0.05
+
+
+def test_a_head_window_unit_is_the_same_in_the_fit_as_at_any_cut_from_the_window_on():
+    """ModelConfig.unit_progress: a finished run and the same run cut at 20, 30 or 50% share loc and unit."""
+    rng = np.random.default_rng(5)
+    steps = np.arange(1, 301)
+    rewards = 0.1 + 0.6 / (1 + np.exp(-(steps - 150) / 20)) + 0.02 * rng.standard_normal(300)
+    run = _run(rewards, np.full(300, 0.3), total=300)
+    whole = prepare_run(run, unit_progress=0.2)
+    for share in (0.2, 0.3, 0.5):
+        cut = prepare_run(run.head(int(share * 300)), unit_progress=0.2)
+        assert (cut.loc, cut.unit, cut.signal) == pytest.approx((whole.loc, whole.unit, whole.signal))
+    assert whole.z.max() > 5  # the late rise is many head units
+    # The default normalises on every logged step: a whole run's rise is about one unit.
+    assert prepare_run(run).z.max() < 1.5
+
+
+def test_a_plan_hundreds_of_times_the_log_is_fitted_as_its_logged_shape():
+    short = _run(np.linspace(0, 1, 200), None, total=200 * LONG_PLAN_FACTOR + 1)
+    assert training_horizon(short) == (200, True)
+    assert training_horizon(_run(np.linspace(0, 1, 200), None, total=200 * LONG_PLAN_FACTOR)) == (200 * LONG_PLAN_FACTOR, False)
+    unplanned = bg.RunLog("u", pd.DataFrame({"step": np.arange(1, 51), "reward": np.linspace(0, 1, 50)}), bg.RunMetadata())
+    assert training_horizon(unplanned) == (50, True)
+
+
+def test_a_run_frozen_after_its_first_steps_is_left_out_of_a_fit_with_a_warning(few_runs):
+    frozen = _run(np.r_[np.linspace(-0.7, -1, 5), np.full(95, -1.0)], None, total=100)
+    assert frozen_after_start(frozen) and not frozen_after_start(few_runs[0])
+    with pytest.warns(UserWarning, match="1 run\\(s\\) left out of the fit: their reward never changes"):
+        model = bg.fit([*few_runs[:2], frozen], draws=20, tune=20, chains=1, progressbar=False, keep_full=False)
+    assert model.fitted_on["n_runs"] == 2
+
+
 def test_a_run_without_learning_signal_is_stopped_and_told_why():
     model = bg.default_model()
     head = measures.cut(shapes.make_run("flat_no_signal", 250, 0.03, 0), 0.5)
@@ -111,11 +163,24 @@ def test_zero_share_alone_marks_a_run_without_signal():
     assert not prepare_run(_run(rewards, np.full(80, 0.3), zero_share=zero)).signal_exhausted
 
 
-def test_groups_without_spread_but_a_moving_reward_are_not_a_finished_run():
-    """One small group a step: steps without spread come by chance and the reward jumps between them."""
-    rewards = np.tile([2.0, 0.0, 2.0, 2.0], 20)
-    assert not prepare_run(_run(rewards, np.zeros(80))).signal_exhausted
-    assert prepare_run(_run(np.full(80, 2.0), np.zeros(80))).signal_exhausted
+def test_a_sustained_stretch_without_group_spread_ends_learning_whatever_the_batch_mean_does():
+    """150 steps with reward_std 0 and frac_reward_zero_std 1 while the batch mean jitters by 0.02: no signal left."""
+    rng = np.random.default_rng(0)
+    rewards = 0.5 + 0.02 * rng.standard_normal(150)
+    assert prepare_run(_run(rewards, np.zeros(150), zero_share=np.ones(150))).signal_exhausted
+
+
+def test_a_chance_streak_in_small_groups_is_judged_by_its_length():
+    """One small group a step: 58% of steps have no spread by chance, so a streak of 10 is not the end of learning;
+    a streak long enough that chance would hardly ever give it is, and the rewards may jump meanwhile."""
+    rng = np.random.default_rng(1)
+    quiet = rng.random(200) < 0.58
+    rewards = np.where(rng.random(200) < 0.3, 2.0, 0.0)
+    short, long = quiet.copy(), quiet.copy()
+    short[-11], short[-10:] = False, True
+    long[-41], long[-40:] = False, True
+    assert not prepare_run(_run(rewards, np.where(short, 0.0, 1.0), total=200)).signal_exhausted
+    assert prepare_run(_run(rewards, np.where(long, 0.0, 1.0), total=200)).signal_exhausted
 
 
 def test_plentiful_signal_is_named_when_the_run_goes_on():

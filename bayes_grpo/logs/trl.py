@@ -116,11 +116,20 @@ def read_json(path: Path, encoding: str | None = None) -> tuple[pd.DataFrame, di
     )
 
 
+def log_history_frame(log_history: list, reward_names: tuple[str, ...] = REWARD_NAMES) -> pd.DataFrame:
+    """The training entries of a trainer's ``log_history`` (those with a reward: every GRPO signal logged beside it
+    kept) and its evaluation entries (``eval_*`` metrics), one row each: what :func:`bayes_grpo.logs.read_log`
+    reads from a ``trainer_state.json``, and the TRL callback from the live trainer state."""
+    records = [e for e in log_history if isinstance(e, dict)]
+    training = [e for e in records if any(k in e for k in reward_names)]
+    evaluation = [e for e in records if e not in training and any(str(k).startswith("eval_") for k in e)]
+    return pd.DataFrame.from_records(training + evaluation)
+
+
 def _from_trainer_state(state: dict, path: Path) -> tuple[pd.DataFrame, dict]:
     """Training and evaluation entries of ``log_history``; max_steps -> total_steps; the model beside it."""
     records = [e for e in state["log_history"] if isinstance(e, dict)]
     training = [e for e in records if any(k in e for k in REWARD_NAMES)]
-    evaluation = [e for e in records if e not in training and any(str(k).startswith("eval_") for k in e)]
     if records and not training:
         raise LogError(
             f"{path}: log_history has {len(records)} entries but none with a 'reward' field; "
@@ -141,7 +150,7 @@ def _from_trainer_state(state: dict, path: Path) -> tuple[pd.DataFrame, dict]:
         origin.update(model.get("provenance", {}))
     if origin:
         found["provenance"] = origin
-    return pd.DataFrame.from_records(training + evaluation), found
+    return log_history_frame(records), found
 
 
 def model_beside(state_path: Path) -> dict:
