@@ -389,8 +389,8 @@ class PlateauStoppingCallback(TrainerCallback):
 
     def _decide(self, state: TrainerState) -> tuple[StopDecision | None, Forecast | None]:
         key = self.reward_key
-        rows = [(e["step"], float(e[key])) for e in state.log_history if "step" in e and _is_number(e.get(key))]
-        if len(rows) < MIN_POINTS:
+        entries = [e for e in state.log_history if "step" in e and _is_number(e.get(key))]
+        if len(entries) < MIN_POINTS:
             return None, None
         self._last_check = state.global_step  # a failing check is retried only after check_every steps
         if self.model is None:
@@ -405,11 +405,11 @@ class PlateauStoppingCallback(TrainerCallback):
             # The loaders' own reading of log_history: every GRPO signal logged beside the reward (reward_std,
             # frac_reward_zero_std, ...) reaches the forecast, as it does from a trainer_state.json.
             run = read_log(
-                log_history_frame([e for e in state.log_history if "step" in e], reward_names=(key,)),
+                log_history_frame(entries, reward_names=(key,)),
                 metric=key,
                 family=self.family,
                 params_b=self.params_b or None,
-                total_steps=max(state.max_steps, rows[-1][0]),
+                total_steps=max(state.max_steps, entries[-1]["step"]),
                 reward_range=self.reward_range,
                 run_id="live",
             )

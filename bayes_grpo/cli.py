@@ -579,7 +579,7 @@ def _print_components(model: FittedModel, run: RunLog, args: argparse.Namespace)
         lo, hi = c.forecast.final.interval(0.9)
         now = c.forecast.observed_rewards[-max(1, len(c.forecast.observed_rewards) // 10) :].mean()
         print(
-            f"  {c.name:<{width}}  now {now:.4g}, final {c.forecast.final.mean:.4g} [90% {lo:.4g}, {hi:.4g}]  "
+            f"  {c.name:<{width}}  now {now:.4g}, final {c.forecast.final.median:.4g} [90% {lo:.4g}, {hi:.4g}]  "
             + (f"saturated: {c.reason}" if c.saturated else "still moving")
         )
     if args.plot:
@@ -902,7 +902,7 @@ def _demo_table(model: FittedModel, runs: Sequence[RunLog], fraction: float, see
             "expected gain": decision.expected_gain,
             "compute saved": f"{decision.compute_saved:.0%}" if decision.should_stop else "-",
             "decision": "stop" if decision.should_stop else "continue",
-            "final forecast [90%]": f"{fc.final.mean:.3g} [{lo:.3g}, {hi:.3g}]", "final actual": float(np.mean(tail)),
+            "final forecast [90%]": f"{fc.final.median:.3g} [{lo:.3g}, {hi:.3g}]", "final actual": float(np.mean(tail)),
         })  # fmt: skip
     table = pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.3g}")
     return (

@@ -229,7 +229,8 @@ class Forecast:
     seed : int
         Seed of the forecast; also fixes the logging noise drawn by :meth:`window_reward`.
     calibrated : bool
-        Whether the draws went through the model's calibration layer (:mod:`bayes_grpo.recalibration`).
+        Whether the draws went through the model's calibration layer (:mod:`bayes_grpo.recalibration`); the
+        curves (what the stop rule judges) are the model's own.
     uses_signal : bool
         Whether the model reads GRPO's learning signal (``reward_std``, model 3.0; see
         :func:`bayes_grpo.prepare.learning_signal`), so that a log without it is worth a caveat.
@@ -964,9 +965,12 @@ def forecast(
     current = expected_reward(config, np.array([t_last]), p) if last else r0
     plateau_t = plateau_progress(config.form, tau, beta)
     draws, curves = prepared.to_reward(levels), prepared.to_reward(curves)
+    # The layer calibrates what the forecast shows (the draws: intervals, final reward, fan charts). The stop rule
+    # judges the remaining gain on the model's own curves: moved by the layer's long upper tail, no canonical
+    # plateau, flat run or dip reached P(plateau) 0.99 any more (benchmarks/results/shapes.md).
     layer = getattr(model, "recalibration", None) if calibrated else None
     if layer is not None:
-        draws, curves = layer.apply(draws, prepared, grid), layer.apply(curves, prepared, grid)
+        draws = layer.apply(draws, prepared, grid)
     if prepared.bounds is not None:  # an expected reward cannot leave the range the reward functions can give
         draws, curves = np.clip(draws, *prepared.bounds), np.clip(curves, *prepared.bounds)
     return Forecast(

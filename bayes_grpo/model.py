@@ -530,7 +530,7 @@ def fit(
     model_config : ModelConfig or dict, optional
         Model settings, or a dict of overrides of the defaults (see :class:`ModelConfig`).
     sampler_config : SamplerConfig or dict, optional
-        Sampler settings, or a dict of overrides (defaults: 4000 draws after 500 tuning steps,
+        Sampler settings, or a dict of overrides (defaults: 4000 draws after 1000 tuning steps,
         2 chains; 200 in quick mode, ``BAYES_GRPO_QUICK=1``).
     form, max_bins : optional
         Shortcuts overriding ``model_config.form`` / ``model_config.max_bins``.

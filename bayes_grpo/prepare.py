@@ -41,6 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import beta
 
 from bayes_grpo.errors import ModelError
 from bayes_grpo.logs import RunLog
@@ -281,9 +282,9 @@ def no_learning_signal(rewards: np.ndarray, reward_std: np.ndarray | None, zero_
     :data:`NO_SIGNAL_ZERO_SHARE`). In logs of one small group a step a quiet step is common by
     chance (2 completions of a prompt solved 30% of the time agree 58% of the time), so the
     trailing stretch of quiet steps must be long against the log's own rate ``f`` of quiet steps
-    before it: a stretch of ``L`` turns up anywhere in ``n`` steps with probability about
-    ``n (1 - f) f^L``, and the run has no signal left when that is below :data:`NO_SIGNAL_CHANCE`
-    and the stretch is at least :data:`SIGNAL_POINTS` steps. What the batch mean does meanwhile does
+    before it (the highest rate those steps cannot rule out): a stretch of ``L`` turns up anywhere in
+    ``n`` steps with probability about ``n (1 - f) f^L``, and the run has no signal left when that is
+    below :data:`NO_SIGNAL_CHANCE` and the stretch is at least :data:`SIGNAL_POINTS` steps. What the batch mean does meanwhile does
     not matter: different prompts are solved or failed from step to step, so it moves even when
     no group can teach the policy anything.
     """
@@ -297,9 +298,11 @@ def no_learning_signal(rewards: np.ndarray, reward_std: np.ndarray | None, zero_
     if stretch < SIGNAL_POINTS:
         return False
     before = quiet[: n - stretch]
-    rate = float(before.mean()) if before.size else 0.0
-    if rate <= 0.0:
+    if not before.any():  # no quiet step before the stretch: nothing says such steps come by chance in this log
         return True
+    # A chance rate the steps before cannot rule out (the 95% upper bound of a Beta posterior): a short log's few
+    # steps say little about it (one log of one small group had 2 quiet steps of 3, then 16 quiet ones, and rose later).
+    rate = float(beta.ppf(0.95, before.sum() + 1, before.size - before.sum() + 1))
     return n * (1.0 - rate) * rate**stretch < NO_SIGNAL_CHANCE
 
 

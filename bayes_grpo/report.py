@@ -165,7 +165,7 @@ def _fan_charts(cuts: Sequence[tuple[RunLog, float, RunLog, Forecast]], n_fracti
 def forecast_table(cuts: Sequence[tuple[RunLog, float, RunLog, Forecast]]) -> pd.DataFrame:
     """One row per forecast of :func:`forecast_cuts`: its final reward against the truth, regime weights and sampler health.
 
-    Columns: ``run, from, step``, ``final mean``, ``final q05`` / ``q95``
+    Columns: ``run, from, step``, ``final median``, ``final q05`` / ``q95``
     (:attr:`Forecast.final`), ``truth`` (:func:`bayes_grpo.measures.final_reward`
     of the whole run), ``P(take-off ahead)``, ``P(plateau)``, ``P(decline)``
     (:attr:`Forecast.regimes`), ``ESS`` and ``Pareto k`` (above 0.7: unreliable weights).
@@ -175,7 +175,7 @@ def forecast_table(cuts: Sequence[tuple[RunLog, float, RunLog, Forecast]]) -> pd
         lo, hi = fc.final.interval(0.9)
         regimes = fc.regimes
         rows.append({
-            "run": run.run_id, "from": f"{frac:.0%}", "step": head.last_step, "final mean": fc.final.mean, "final q05": lo,
+            "run": run.run_id, "from": f"{frac:.0%}", "step": head.last_step, "final median": fc.final.median, "final q05": lo,
             "final q95": hi, "truth": final_reward(run.rewards), "P(take-off ahead)": regimes["take_off_ahead"],
             "P(plateau)": regimes["plateau"], "P(decline)": regimes["decline"], "ESS": fc.ess, "Pareto k": fc.pareto_k,
         })  # fmt: skip
@@ -217,7 +217,7 @@ def component_panel(model: FittedModel, run: RunLog, fraction: float = 0.3) -> t
         lo, hi = c.forecast.final.interval(0.9)
         rows.append({
             "function": c.name, f"at step {head.last_step}": final_reward(head.signal(f"rewards/{c.name}/mean")),
-            "forecast final": c.forecast.final.mean, "90% interval": f"{lo:.3g} to {hi:.3g}",
+            "forecast final": c.forecast.final.median, "90% interval": f"{lo:.3g} to {hi:.3g}",
             "truth": final_reward(run.signal(f"rewards/{c.name}/mean")), "saturated": c.reason or "no",
         })  # fmt: skip
     return figure, pd.DataFrame(rows)

@@ -537,7 +537,9 @@ def rank(
             raise ModelError(f"{name} must be a whole number of at least 2, got {value!r}")
     total = _planned_length(runs, total_steps)
     finished = np.array([run.last_step >= total for run in runs])
-    options = {"total_steps": total, "family": family, "params_b": params_b, "n_draws": n_draws}
+    # The sweep coupling is the ranking's calibration: measured on the model's own forecasts (the distribution of
+    # real misses, SWEEP_COUPLING), so it draws from those, not from forecasts through the model's calibration layer.
+    options = {"total_steps": total, "family": family, "params_b": params_b, "n_draws": n_draws, "calibrated": False}
     forecasts = _forecast_runs(model, runs, options, seed, n_jobs)
     going = sorted((i for i in range(len(runs)) if not finished[i]), key=lambda i: runs[i].run_id)  # by id: any order of the runs gives one ranking
     fraction = float(np.median([runs[i].last_step / total for i in going])) if going else 1.0

@@ -141,7 +141,8 @@ def test_scores_of_a_real_forecast_follow_the_definitions(quick_model, few_runs)
     assert row["observed_step"] == head.last_step
     quantiles = [row[k] for k in ("q05", "q25", "q50", "q75", "q95")]
     assert quantiles == sorted(quantiles)
-    assert row["error"] == pytest.approx(abs(row["forecast_mean"] - truth) / spread)
+    assert row["error"] == pytest.approx(abs(row["q50"] - truth) / spread)  # the median is the point forecast
+    assert row["mean_error"] == pytest.approx(abs(row["forecast_mean"] - truth) / spread)
     assert row["persistence_error"] == pytest.approx(abs(measures.persistence(head.rewards) - truth) / spread)
     assert row["covered_90"] == (row["q05"] <= truth <= row["q95"])
     assert row["covered_90"] + row["above_q95"] + row["below_q05"] == 1

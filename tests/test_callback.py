@@ -72,13 +72,14 @@ def flat_reward() -> object:
     return reward
 
 
-def rising_reward() -> object:
-    """A reward that climbs steadily with every trainer step (a closure counting calls)."""
+def rising_reward(spread: float = 0.01) -> object:
+    """A reward that climbs steadily with every trainer step (a closure counting calls); the completions of a
+    step score ``spread`` apart, so GRPO has a signal to learn from (0: every completion scores the same)."""
     calls = [0]
 
     def reward(completions: list[str], **_: object) -> list[float]:
         calls[0] += 1
-        return [0.02 * calls[0] for _ in completions]
+        return [0.02 * calls[0] + spread * (i % 2) for i, _ in enumerate(completions)]
 
     return reward
 
@@ -120,6 +121,14 @@ def test_does_not_stop_a_rising_run(tmp_path: Path) -> None:
     assert callback.stopped_at is None and trainer.state.global_step == MAX_STEPS
     assert callback.decisions and all(not d.should_stop for d in callback.decisions if d.step < MAX_STEPS)
     assert any(PROBABILITY_KEY in e for e in trainer.state.log_history)
+
+
+def test_stops_a_run_whose_completions_all_score_the_same(tmp_path: Path) -> None:
+    """The callback reads reward_std and frac_reward_zero_std from log_history: a rising mean with no spread in any
+    group gives GRPO no gradient, and the run stops for that reason."""
+    callback = PlateauStoppingCallback(bg.default_model(), threshold=0.75, tolerance=0.05, check_every=5, min_fraction=0.25, verbose=False)
+    _train(rising_reward(spread=0.0), callback, tmp_path)
+    assert callback.stopped_at is not None and callback.decisions[-1].reason == "no_signal"
 
 
 def test_names_the_checkpoint_that_holds_the_best_step(tmp_path: Path) -> None:

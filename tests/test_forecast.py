@@ -206,14 +206,15 @@ def test_weights_that_stay_poor_warn() -> None:
     model = bg.default_model()
     prepared = prepare_run(_sharp_curved_run())
     outcomes = []
-    for seed in range(8):  # with the Laplace step's central-difference gradient, 2 of these 8 seeds stay poor
+    # Too few particles for this narrow posterior: with the shipped model 20 always stay poor, 30 never do.
+    for n_particles, seed in [(n, seed) for n in (20, 30) for seed in range(4)]:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            conditioned = condition(model, prepared, n_particles=80, seed=seed)
+            conditioned = condition(model, prepared, n_particles=n_particles, seed=seed)
         warned = [w for w in caught if "importance weights stay poor" in str(w.message)]
         assert bool(warned) == (conditioned.pareto_k > PARETO_K_MAX or conditioned.ess < MIN_ESS_WARN)
         outcomes.append(conditioned.reliable)
-    assert any(outcomes) and not all(outcomes)  # 80 particles are sometimes enough for this posterior, sometimes not
+    assert any(outcomes) and not all(outcomes)  # some particle counts are enough for this posterior, some not
 
 
 def test_reliability_needs_both_k_hat_and_ess() -> None:
@@ -262,8 +263,11 @@ def test_a_flat_head_has_its_take_off_ahead_and_a_plateaued_run_does_not(model) 
     # On a declared range it is the bundled CPU runs', which stay flat when flat at 20% of the run
     # (102 of the 164 are, and 3 of those rise by more than a fifth of the range later): small rises
     # may lie ahead, a rise of a fifth of the range rarely.
-    flat_on_range = _quiet_forecast(model, _log(flat_rewards, total=200).head(40))
+    flat_on_range = _quiet_forecast(model, _log(flat_rewards, total=200).head(40), calibrated=False)
     assert np.mean(flat_on_range.final.samples > 0.1 + 0.2) < 0.1
+    # The calibration layer, learned on real runs whose flat heads did take off, widens that upper tail within the range.
+    calibrated = _quiet_forecast(model, _log(flat_rewards, total=200).head(40))
+    assert calibrated.final.quantile(0.95) >= flat_on_range.final.quantile(0.95) and calibrated.final.samples.max() <= 1.0
 
 
 def test_a_run_that_fell_from_its_peak_is_in_decline(model) -> None:
@@ -290,7 +294,7 @@ def test_the_discrepancy_is_heavy_tailed_with_drift_df_and_normal_without(model,
     spreads = {}
     for df in (None, 2.0):
         config = dataclasses.replace(model.model_config, drift=3.0, drift_df=df)
-        fc = _quiet_forecast(dataclasses.replace(model, model_config=config), head, n_draws=4000, seed=3)
+        fc = _quiet_forecast(dataclasses.replace(model, model_config=config), head, n_draws=4000, seed=3, calibrated=False)
         wander = fc.draws[:, -1] - fc.curves[:, -1]
         q = np.quantile(wander, [0.01, 0.25, 0.75, 0.99])
         spreads[df] = (q[2] - q[1], q[3] - q[0])
@@ -302,6 +306,7 @@ def test_model_files_without_drift_df_keep_normal_paths(tmp_path, model) -> None
     """A model file written before drift_df existed is read with Normal paths, as it was fitted and calibrated."""
     path = model.save(tmp_path / "old.nc", full=False)
     with h5netcdf.File(path, "a") as handle:
+        handle.attrs.pop("recalibration", None)  # such a file had no calibration layer
         config = json.loads(handle.attrs["model_config"])
         config.pop("drift_df")
         handle.attrs["model_config"] = json.dumps(config)

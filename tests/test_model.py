@@ -128,6 +128,7 @@ def test_a_file_written_before_a_prior_setting_existed_is_read_with_its_old_prio
     path = tmp_path / "old.nc"
     shutil.copyfile(DEFAULT_MODEL_PATH, path)
     with h5netcdf.File(path, "a") as handle:
+        handle.attrs.pop("recalibration", None)  # such a file had no calibration layer
         stored = json.loads(handle.attrs["model_config"])
         for name in ("spread_prior", "fixed_start_sd"):
             stored["priors"].pop(name)
@@ -147,7 +148,9 @@ def test_default_model_is_one_small_versioned_file_that_loads_offline(monkeypatc
         attrs = dict(handle.attrs)
     assert int(attrs[FORMAT_ATTR]) == FORMAT_VERSION and attrs["package_version"] == bg.__version__
     assert json.loads(attrs["model_config"])["form"] == "loglogistic"
-    assert model.fitted_on["runs"] and model.fitted_on["n_runs"] == 256, "the default model records what it was fitted on"
+    sources = model.fitted_on["sources"]
+    assert model.fitted_on["runs"] and model.fitted_on["n_runs"] == sum(sources.values()), "the default model records what it was fitted on"
+    assert sources["bundled (data/runs)"] == len(model.fitted_on["runs"]) == len(bg.load_runs())
     assert model.fitted_on["model_version"] == MODEL_VERSION, "the shipped posterior is the current model"
     assert model.diagnostics is not None and model.diagnostics.max_r_hat <= 1.01
 

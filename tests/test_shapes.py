@@ -171,19 +171,7 @@ def _shown(row: dict) -> str:
     return f"truth {row['truth']:.3f}, 90% interval [{row['q05']:.3f}, {row['q95']:.3f}], P(plateau) {row['p_plateau']:.3f}"
 
 
-@pytest.mark.parametrize(
-    "fraction",
-    [
-        pytest.param(0.3, marks=pytest.mark.xfail(strict=True, reason=(
-            "spec missed at 30% observed: at 250 steps the head's last 30% does not yet tell a straight rise from "
-            "one about to bend (trend weight near 0; truth 0.862, 90% interval [0.282, 0.543]); "
-            "benchmarks/results/shapes.md: straight-rise coverage 0.22 at 30%"))),
-        pytest.param(0.5, marks=pytest.mark.xfail(strict=True, reason=(
-            "spec missed at 50% observed in this cell since model 3.0: truth 0.862 just above the 90% interval "
-            "[0.568, 0.854] (model 2.5 held it); pooled over the suite's 18 straight-rise forecasts at 50% model 3.0 "
-            "covers more (0.56 against 0.50) with a lower quantile score (benchmarks/results/shapes.md)"))),
-    ],
-)
+@pytest.mark.parametrize("fraction", [0.3, 0.5])  # missed until model 4.0's calibration layer (benchmarks/results/shapes.md)
 def test_straight_rise_is_forecast_to_keep_rising(fraction):
     row = _forecast("straight", fraction)
     assert row["covered_90"], _shown(row)

@@ -359,7 +359,7 @@ class ForecastPruner(BasePruner):
             warnings.simplefilter("ignore")  # repairs of the log and poor weights are the forecast's business here
             run = read_log(pd.DataFrame({"step": steps, "reward": values}), run_id=f"trial {number}", **description)
             seed = zlib.crc32(f"{self.seed}:{number}:{int(steps[-1])}".encode())
-            return self.model.forecast(run, n_draws=self.n_draws, seed=seed)
+            return self.model.forecast(run, n_draws=self.n_draws, seed=seed, calibrated=False)  # the coupling is its calibration
 
 
 def _direction_sign(study: Study) -> float:
