@@ -64,6 +64,8 @@ NO_SIGNAL_ZERO_SHARE = 0.99
 #: A trailing stretch of steps without signal counts as the end of learning when a stretch that long would turn up
 #: by chance anywhere in a log of that length with less than this probability.
 NO_SIGNAL_CHANCE = 0.01
+#: ... with the log's rate of such steps taken at this upper bound of what the steps before the stretch say.
+NO_SIGNAL_RATE_BOUND = 0.8
 # Initial reward (fraction of the range) that the population effects are centred on.
 INITIAL_REWARD_CENTRE = 0.3
 #: A planned length more than this many times the last logged step: a forecast extrapolates far beyond
@@ -282,7 +284,7 @@ def no_learning_signal(rewards: np.ndarray, reward_std: np.ndarray | None, zero_
     :data:`NO_SIGNAL_ZERO_SHARE`). In logs of one small group a step a quiet step is common by
     chance (2 completions of a prompt solved 30% of the time agree 58% of the time), so the
     trailing stretch of quiet steps must be long against the log's own rate ``f`` of quiet steps
-    before it (the highest rate those steps cannot rule out): a stretch of ``L`` turns up anywhere in
+    before it (an upper bound, :data:`NO_SIGNAL_RATE_BOUND`, of what those steps say): a stretch of ``L`` turns up anywhere in
     ``n`` steps with probability about ``n (1 - f) f^L``, and the run has no signal left when that is
     below :data:`NO_SIGNAL_CHANCE` and the stretch is at least :data:`SIGNAL_POINTS` steps. What the batch mean does meanwhile does
     not matter: different prompts are solved or failed from step to step, so it moves even when
@@ -300,9 +302,10 @@ def no_learning_signal(rewards: np.ndarray, reward_std: np.ndarray | None, zero_
     before = quiet[: n - stretch]
     if not before.any():  # no quiet step before the stretch: nothing says such steps come by chance in this log
         return True
-    # A chance rate the steps before cannot rule out (the 95% upper bound of a Beta posterior): a short log's few
-    # steps say little about it (one log of one small group had 2 quiet steps of 3, then 16 quiet ones, and rose later).
-    rate = float(beta.ppf(0.95, before.sum() + 1, before.size - before.sum() + 1))
+    # A chance rate the steps before hardly rule out (the 80% upper bound of a Beta posterior): a short log's few
+    # steps say little about it. One shared log of one small group a step had 2 quiet steps of 3, then 16 quiet
+    # ones, and rose later (bound 0.78: no stop); the canonical flat run without signal has 1 of 4, then 11 (0.49: stop).
+    rate = float(beta.ppf(NO_SIGNAL_RATE_BOUND, before.sum() + 1, before.size - before.sum() + 1))
     return n * (1.0 - rate) * rate**stretch < NO_SIGNAL_CHANCE
 
 
