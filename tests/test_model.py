@@ -192,7 +192,7 @@ def test_sampler_defaults_follow_quick_mode(monkeypatch):
     monkeypatch.setenv("BAYES_GRPO_QUICK", "1")
     assert SamplerConfig().draws == 200 and SamplerConfig().tune == 200
     monkeypatch.setenv("BAYES_GRPO_QUICK", "0")
-    assert SamplerConfig().draws == 4000 and SamplerConfig().tune == 500 and SamplerConfig().chains == 2
+    assert SamplerConfig().draws == 4000 and SamplerConfig().tune == 1000 and SamplerConfig().chains == 2
 
 
 def test_forecast_frame_is_a_valid_fan_up_to_total_steps():
