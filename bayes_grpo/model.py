@@ -567,30 +567,22 @@ def fit(
     mconfig = merge(merge(ModelConfig(), model_config), shortcuts_model or None)
     runs = list(runs)
     frozen = [run.run_id for run in runs if frozen_after_start(run)]
-    if frozen:
-        warnings.warn(
-            f"{len(frozen)} run(s) left out of the fit: their reward never changes after the first tenth of their log, so they "
-            f"hold nothing the curve's timescale and shape can be learned from: {', '.join(frozen[:5])}" + (", ..." if len(frozen) > 5 else ""),
-            UserWarning,
-            stacklevel=2,
-        )
-        runs = [run for run in runs if run.run_id not in frozen]
+    _warn_about_runs(
+        frozen, "left out of the fit: their reward never changes after the first tenth of their log, so they "
+        "hold nothing the curve's timescale and shape can be learned from",
+    )  # fmt: skip
+    runs = [run for run in runs if run.run_id not in frozen]
     mconfig = resolve_parameterisation(mconfig, len(runs))
     sconfig = merge(merge(SamplerConfig(), sampler_config), shortcuts_sampler or None)
     sconfig = merge(sconfig, {"sampler": _pick_sampler(sconfig.sampler)})
     sconfig = merge(sconfig, {"target_accept": target_accept(sconfig, mconfig)})
     if not runs:
         raise ModelError("fit needs at least one run")
-    horizons = [training_horizon(run) for run in runs]
-    cut_short = [f"{run.run_id} ({len(run)} steps of {run.meta.total_steps})" for run, (_, logged) in zip(runs, horizons) if logged and run.meta.total_steps]
-    if cut_short:
-        warnings.warn(
-            f"{len(cut_short)} run(s) logged less than 1/{LONG_PLAN_FACTOR} of their planned steps, so they show nothing of where "
-            f"their plan ends: the fit learns their logged shape, as runs as long as their logs: {', '.join(cut_short[:5])}"
-            + (", ..." if len(cut_short) > 5 else ""),
-            UserWarning,
-            stacklevel=2,
-        )
+    _warn_about_runs(
+        [f"{run.run_id} ({len(run)} steps of {run.meta.total_steps})" for run in runs if run.meta.total_steps and training_horizon(run)[1]],
+        f"logged less than 1/{LONG_PLAN_FACTOR} of their planned steps, so they show nothing of where their plan ends: "
+        "the fit learns their logged shape, as runs as long as their logs",
+    )  # fmt: skip
     prepared = [prepare_training_run(run, mconfig.unit_progress) for run in runs]
     centres = size_centres(prepared)
     model = build_model(prepared, mconfig, centres)
@@ -640,6 +632,13 @@ def fit(
         idata=idata if keep_full else None,
         diagnostics=diagnostics,
     )
+
+
+def _warn_about_runs(names: list[str], what: str) -> None:
+    """One warning naming the runs (the first five) that a fit treats specially, and how."""
+    if names:
+        listed = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+        warnings.warn(f"{len(names)} run(s) {what}: {listed}", UserWarning, stacklevel=3)
 
 
 def _provenance(runs: list[RunLog], prepared: list[PreparedRun]) -> dict[str, Any]:
