@@ -30,7 +30,7 @@ message say so and name the nearest kept one.
 
 When the trainer reports to TensorBoard or W&B, every ``plot_every`` checks the
 callback also sends the fan chart of the latest forecast, with the stop
-probability of every check so far beneath it (:func:`bayes_grpo.watching.fan_chart`),
+probability of every check so far beneath it (:func:`bayes_grpo.plotting.fan_chart`),
 as the image ``bayes_grpo/forecast``: to TensorBoard through the trainer's own
 writer, to W&B as a ``wandb.Image`` on the trainer's step axis. The figure is drawn
 in a background thread, so training does not wait for it, and the plots take at most
@@ -43,6 +43,13 @@ Problems never break training: a missing reward key or non-numeric rewards get
 one warning, and a failing check or plot one warning, after which training goes
 on. A forecast's own warnings (rewards that have all been equal, unreliable
 importance weights) are reported once per kind, not at every check.
+
+In multi-process training (``torch.distributed`` initialised: DDP, DeepSpeed, FSDP) only the
+main process forecasts and decides; at every due check it broadcasts its decision, with the
+keys it logs, to the other processes, so that every process stops at the same step and the
+trainer's collectives stay aligned. The stop message and the warnings come from the main
+process alone. The model's size is its parameter count, or, where each process holds a shard of
+the parameters (DeepSpeed ZeRO-3, FSDP), an estimate from its config.
 
 Reporting callbacks (W&B, TensorBoard) come before callbacks passed as
 ``callbacks=[...]`` in the trainer's list, and see each log before them; so at
@@ -68,7 +75,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from bayes_grpo.errors import BayesGrpoError
 from bayes_grpo.logs import normalise_family
 from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE
-from bayes_grpo.stopping import StopDecision, decision_from_forecast
+from bayes_grpo.stopping import PlateauRule, StopDecision, StopRule
 
 if TYPE_CHECKING:
     from bayes_grpo.forecast import Forecast
@@ -118,7 +125,8 @@ class PlateauStoppingCallback(TrainerCallback):
     tolerance
         Remaining gain below ``tolerance`` x the reward scale counts as none; >= 0.
     check_every
-        Steps between two checks; a whole number >= 1.
+        Steps between two checks; a whole number >= 1. The planned last step (``max_steps``) is
+        always checked too, however near the check before it.
     min_fraction
         No check before this fraction of ``max_steps``; in [0, 1).
     family, params_b
@@ -142,6 +150,9 @@ class PlateauStoppingCallback(TrainerCallback):
         Send the fan chart to TensorBoard / W&B when the trainer reports to them; False: never draw.
     plot_every
         Checks between two fan charts; a whole number >= 1.
+    rule
+        The stop rule (a :class:`~bayes_grpo.stopping.StopRule`, a user's own included); default:
+        :class:`~bayes_grpo.stopping.PlateauRule` with ``threshold`` and ``tolerance``.
 
     Raises
     ------
@@ -194,6 +205,7 @@ class PlateauStoppingCallback(TrainerCallback):
         beat_threshold: float = 0.05,
         plots: bool = True,
         plot_every: int = 1,
+        rule: StopRule | None = None,
     ) -> None:
         _require(model is None or callable(getattr(model, "forecast", None)), f"model must be a FittedModel (or None for the shipped one), got {_shown(model)}")
         _require(_is_number(threshold) and 0 < threshold < 1, f"threshold must be a number between 0 and 1 (exclusive), got {_shown(threshold)}")
@@ -213,6 +225,7 @@ class PlateauStoppingCallback(TrainerCallback):
         _require(_is_number(beat_threshold) and 0 < beat_threshold < 1, f"beat_threshold must be a number between 0 and 1 (exclusive), got {_shown(beat_threshold)}")
         _require(isinstance(plots, bool), f"plots must be True or False, got {_shown(plots)}")
         _require(isinstance(plot_every, numbers.Integral) and not isinstance(plot_every, bool) and plot_every >= 1, f"plot_every must be a whole number >= 1, got {_shown(plot_every)}")
+        _require(rule is None or callable(getattr(rule, "decide", None)), f"rule must be a StopRule (a class with a decide(forecast) method), got {_shown(rule)}")
         self.model = model
         self.threshold = float(threshold)
         self.tolerance = float(tolerance)
@@ -228,6 +241,7 @@ class PlateauStoppingCallback(TrainerCallback):
         self.beat_threshold = float(beat_threshold)
         self.plots = plots
         self.plot_every = int(plot_every)
+        self.rule = rule if rule is not None else PlateauRule(threshold=self.threshold, tolerance=self.tolerance)
         self.decisions: list[StopDecision] = []
         self.stopped_at: int | None = None
         self.stop_reason: str | None = None
@@ -246,6 +260,7 @@ class PlateauStoppingCallback(TrainerCallback):
         self._last_check: int | None = None
         self._seen_key = False
         self._warned: set[str] = set()
+        self._main = True  # the main process (state.is_world_process_zero): the only one that warns and prints
         self._passed_warnings: dict = {}  # warnings.warn_explicit's registry: others' warnings shown once per place
 
     def attach(self, trainer: Any) -> PlateauStoppingCallback:
@@ -262,6 +277,7 @@ class PlateauStoppingCallback(TrainerCallback):
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, model: Any = None, **kwargs: Any) -> None:
         self._train_started = time.perf_counter()
+        self._main = state.is_world_process_zero
         try:
             if not self._go_first() and _reporters(args):
                 self._warn_once("order", "could not find the trainer's callback list to go ahead of its reporters; they will not get the plateau/* keys (call callback.attach(trainer))")
@@ -273,34 +289,84 @@ class PlateauStoppingCallback(TrainerCallback):
             self._warn_once("describe", f"could not read the model's family/size ({exc!r}); forecasting without them")
 
     def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if not logs:
+            return
+        self._main = state.is_world_process_zero
+        distributed = _distributed()
+        # Under torch.distributed the main process decides and the others take its decision. A check is due at the
+        # same logs on every process (same step, and the main process's last check is shared with the decision),
+        # so every process reaches the broadcast together, and none stops alone.
+        share = distributed and self._due(state)
+        outcome = fc = None
         try:
-            if not logs or not self._usable(logs, state):
+            if self._main or not distributed:
+                outcome, fc = self._check(state, logs)
+        except Exception as exc:  # noqa: BLE001 - the callback must never break training
+            self._warn_once("check", f"the check at step {state.global_step} failed ({exc!r}); training goes on (later failures are not reported)")
+            outcome = fc = None
+            if not share:
                 return
-            decision, fc = self._decide(state)
-            if decision is None:
+        if share:
+            try:
+                outcome = self._share(outcome)
+            except Exception as exc:  # noqa: BLE001 - the callback must never break training
+                self._warn_once("share", f"could not share the decision at step {state.global_step} between the processes ({exc!r}); not stopping there")
                 return
-            self.decisions.append(decision)
-            values: dict[str, float] = {PROBABILITY_KEY: decision.probability, GAIN_KEY: decision.expected_gain, BEST_STEP_KEY: decision.best_step}
-            values.update({key: float(fc.final.quantile(q)) for key, q in FINAL_KEYS.items()})
-            values.update({TAKE_OFF_KEY: fc.regimes["take_off_ahead"], PARETO_K_KEY: fc.pareto_k})
-            beaten = False
-            if self.beat is not None:
-                p_beats = float((fc.final.samples > self.beat).mean())
-                values[BEATS_KEY] = p_beats
-                self.beat_probabilities.append((state.global_step, p_beats))
-                beaten = p_beats < self.beat_threshold
-            logs.update(values)
-            if state.log_history and state.log_history[-1].get("step") == state.global_step:
-                state.log_history[-1].update(values)
-            self._name_checkpoint(args, state, saving_now=bool(control.should_save))
-            if (decision.should_stop or beaten) and state.global_step < state.max_steps:
-                control.should_training_stop = True
-                self.stopped_at = state.global_step
-                self.stop_reason = "plateau" if decision.should_stop else "beat"
+        if outcome is None:
+            return
+        try:
+            self._apply(outcome, args, state, control, logs)
         except Exception as exc:  # noqa: BLE001 - the callback must never break training
             self._warn_once("check", f"the check at step {state.global_step} failed ({exc!r}); training goes on (later failures are not reported)")
             return
-        self._plot(args, state, state.global_step, fc, decision, due=self.stopped_at is not None or (len(self.decisions) - 1) % self.plot_every == 0)
+        if fc is not None:
+            self._plot(args, state, state.global_step, fc, outcome["decision"], due=self.stopped_at is not None or (len(self.decisions) - 1) % self.plot_every == 0)
+
+    def _check(self, state: TrainerState, logs: dict[str, Any]) -> tuple[dict[str, Any] | None, Forecast | None]:
+        """Forecast and decide when a check is due: the decision, the keys to log and whether to stop (None when no check)."""
+        if not self._usable(logs, state):
+            return None, None
+        decision, fc = self._decide(state)
+        if decision is None:
+            return None, None
+        values: dict[str, float] = {PROBABILITY_KEY: decision.probability, GAIN_KEY: decision.expected_gain, BEST_STEP_KEY: decision.best_step}
+        values.update({key: float(fc.final.quantile(q)) for key, q in FINAL_KEYS.items()})
+        values.update({TAKE_OFF_KEY: fc.regimes["take_off_ahead"], PARETO_K_KEY: fc.pareto_k})
+        p_beats = None
+        if self.beat is not None:
+            p_beats = float((fc.final.samples > self.beat).mean())
+            values[BEATS_KEY] = p_beats
+        beaten = p_beats is not None and p_beats < self.beat_threshold
+        outcome = {
+            "decision": decision, "values": values, "p_beats": p_beats,
+            "stop": bool((decision.should_stop or beaten) and state.global_step < state.max_steps),
+            "reason": "plateau" if decision.should_stop else "beat",
+        }  # fmt: skip
+        return outcome, fc
+
+    def _share(self, outcome: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The main process's outcome of this check, broadcast to every process (called by all of them at the same log)."""
+        import torch.distributed as dist
+
+        payload = [{"outcome": outcome, "last_check": self._last_check} if self._main else None]
+        dist.broadcast_object_list(payload, src=0)
+        self._last_check = payload[0]["last_check"]
+        return payload[0]["outcome"]
+
+    def _apply(self, outcome: dict[str, Any], args: TrainingArguments, state: TrainerState, control: TrainerControl, logs: dict[str, Any]) -> None:
+        """Record a check's decision, add its keys to the logs and stop training when it says so (on every process alike)."""
+        self.decisions.append(outcome["decision"])
+        if outcome["p_beats"] is not None:
+            self.beat_probabilities.append((state.global_step, outcome["p_beats"]))
+        if outcome["stop"]:  # first: every process that got this decision stops, whatever fails below
+            control.should_training_stop = True
+            self.stopped_at = state.global_step
+            self.stop_reason = outcome["reason"]
+        values = outcome["values"]
+        logs.update(values)
+        if state.log_history and state.log_history[-1].get("step") == state.global_step:
+            state.log_history[-1].update(values)
+        self._name_checkpoint(args, state, saving_now=bool(control.should_save))
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         try:
@@ -311,7 +377,7 @@ class PlateauStoppingCallback(TrainerCallback):
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         """Finish the plots (the last decision's included) and print the stop message, once every checkpoint is saved."""
         self._finish_plots(args, state)
-        if self.verbose and self.stopped_at is not None:
+        if self.verbose and self.stopped_at is not None and state.is_world_process_zero:
             try:
                 self._name_checkpoint(args, state, saving_now=False)
             except Exception as exc:  # noqa: BLE001 - the callback must never break training
@@ -355,6 +421,8 @@ class PlateauStoppingCallback(TrainerCallback):
     def _warn_once(self, kind: str, message: str) -> None:
         if kind not in self._warned:
             self._warned.add(kind)
+            if not self._main:  # the other processes of a distributed run keep quiet: the main one says it once
+                return
             warnings.warn(f"PlateauStoppingCallback: {message}", RuntimeWarning, stacklevel=3)
 
     def _usable(self, logs: dict[str, Any], state: TrainerState) -> bool:
@@ -375,6 +443,8 @@ class PlateauStoppingCallback(TrainerCallback):
     def _due(self, state: TrainerState) -> bool:
         if not state.max_steps or state.global_step < self.min_fraction * state.max_steps:
             return False
+        if state.global_step >= state.max_steps and self._last_check != state.global_step:
+            return True  # the planned last step is always checked: the run's final decision and fan chart
         return self._last_check is None or state.global_step - self._last_check >= self.check_every
 
     def _describe(self, model: Any) -> None:
@@ -385,7 +455,10 @@ class PlateauStoppingCallback(TrainerCallback):
             model_type = getattr(getattr(model, "config", None), "model_type", None)
             self.family = normalise_family(model_type) if model_type else None
         if self.params_b is None:
-            self.params_b = sum(p.numel() for p in model.parameters()) / 1e9
+            count = _parameter_count(model)
+            if count is None:
+                self._warn_once("describe", "could not tell the size of the sharded model (its config lacks the dimensions); forecasting without it (pass params_b=)")
+            self.params_b = None if count is None else count / 1e9
 
     def _decide(self, state: TrainerState) -> tuple[StopDecision | None, Forecast | None]:
         key = self.reward_key
@@ -422,7 +495,7 @@ class PlateauStoppingCallback(TrainerCallback):
                 self._warn_once(kind, f"at step {state.global_step}: {warning.message} (reported once)")
             else:  # numerical RuntimeWarnings, deprecations: shown as they would be without the callback
                 warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno, registry=self._passed_warnings)
-        return decision_from_forecast(fc, threshold=self.threshold, tolerance=self.tolerance), fc
+        return self.rule.decide(fc), fc
 
     def _name_checkpoint(self, args: TrainingArguments, state: TrainerState, saving_now: bool) -> None:
         """Set :attr:`best_checkpoint` to the saved folder holding the best step, or the nearest one before it.
@@ -515,10 +588,10 @@ class PlateauStoppingCallback(TrainerCallback):
 
     def _send_plot(self, writer: Any, run: Any, step: int, fc: Forecast, decision: StopDecision, history: tuple) -> tuple[int, float]:
         """Draw and send one fan chart (in the plotting thread); the step and the seconds it took."""
-        from bayes_grpo.watching import fan_chart, figure_pixels
+        from bayes_grpo import plotting
 
         start = time.perf_counter()
-        pixels = figure_pixels(fan_chart(fc, decision, history, self.threshold))
+        pixels = plotting.figure_pixels(plotting.fan_chart(fc, decision, history, self.threshold))
         if writer is not None:
             writer.add_image(PLOT_KEY, pixels, global_step=step, dataformats="HWC")
             writer.flush()
@@ -563,6 +636,95 @@ class PlateauStoppingCallback(TrainerCallback):
             if self._plotter is not None:
                 self._plotter.shutdown(wait=False)
                 self._plotter = None
+
+
+def _distributed() -> bool:
+    """True in a multi-process run with ``torch.distributed`` initialised (the processes must then agree on each decision)."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return False
+    return bool(dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
+
+
+def _sharded(model: Any) -> bool:
+    """True when this process holds only a shard of the model's parameters (DeepSpeed ZeRO-3, FSDP)."""
+    try:
+        from transformers.integrations import is_deepspeed_zero3_enabled
+
+        if is_deepspeed_zero3_enabled():
+            return True
+    except ImportError:
+        pass
+    if any(hasattr(p, "ds_numel") or p.numel() == 0 or type(p).__name__ == "DTensor" for p in model.parameters()):
+        return True  # ZeRO-3 leaves an empty placeholder; FSDP2 a DTensor
+    modules = model.modules() if callable(getattr(model, "modules", None)) else []
+    return any(type(m).__name__ == "FullyShardedDataParallel" or type(m).__name__.startswith("FSDP") for m in modules)
+
+
+def _parameter_count(model: Any) -> float | None:
+    """The model's parameter count: counted when this process holds whole parameters, else estimated from its config.
+
+    A sharded parameter's ``numel()`` is the size of this process's shard (under ZeRO-3, 0), not the
+    parameter's; the config's dimensions give the whole model's size there (None when they are missing
+    and no full size is recorded on the parameters).
+    """
+    if not _sharded(model):
+        counter = getattr(model, "num_parameters", None)
+        return float(counter() if callable(counter) else sum(p.numel() for p in model.parameters()))
+    estimate = _config_parameter_count(getattr(model, "config", None))
+    if estimate is not None:
+        return estimate
+    full = sum(getattr(p, "ds_numel", 0) for p in model.parameters())  # ZeRO-3 records each parameter's full size
+    return float(full) if full else None
+
+
+def _dimension(config: Any, *names: str) -> int | None:
+    for name in names:
+        value = getattr(config, name, None)
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0:
+            return int(value)
+    return None
+
+
+def _config_parameter_count(config: Any) -> float | None:
+    """Estimate a decoder language model's parameter count from its config (None when its dimensions are missing).
+
+    Embeddings (and an untied output layer), per layer the attention (grouped-query heads and
+    ``head_dim`` included) and the MLP (gated for SiLU-style activations; mixture-of-experts
+    counted whole), and the norms. Exact for Llama-like models; an estimate for others.
+    """
+    if config is None:
+        return None
+    get_text_config = getattr(config, "get_text_config", None)
+    if callable(get_text_config):
+        try:
+            config = get_text_config(decoder=True) or config
+        except Exception:  # noqa: BLE001 - an older or unusual config: use it as it is
+            pass
+    hidden = _dimension(config, "hidden_size", "n_embd", "d_model")
+    layers = _dimension(config, "num_hidden_layers", "n_layer", "num_layers")
+    vocab = _dimension(config, "vocab_size")
+    if hidden is None or layers is None or vocab is None:
+        return None
+    heads = _dimension(config, "num_attention_heads", "n_head") or 1
+    kv_heads = _dimension(config, "num_key_value_heads") or heads
+    head_dim = _dimension(config, "head_dim") or hidden // heads
+    attention = hidden * head_dim * (2 * heads + 2 * kv_heads)  # q and o, k and v
+    if getattr(config, "attention_bias", False) or getattr(config, "qkv_bias", False):
+        attention += head_dim * (heads + 2 * kv_heads)
+    activation = str(getattr(config, "hidden_act", None) or getattr(config, "hidden_activation", None) or "")
+    gated = activation in ("silu", "swish", "swiglu") or str(getattr(config, "model_type", "")).startswith("gemma")
+    intermediate = _dimension(config, "intermediate_size", "n_inner", "ffn_dim") or 4 * hidden
+    experts = _dimension(config, "num_local_experts", "num_experts", "n_routed_experts")
+    if experts:
+        expert_size = _dimension(config, "moe_intermediate_size") or intermediate
+        shared = _dimension(config, "n_shared_experts") or 0
+        mlp = (experts + shared) * 3 * hidden * expert_size + experts * hidden  # the experts and the router
+    else:
+        mlp = (3 if gated else 2) * hidden * intermediate
+    embeddings = vocab * hidden * (1 if getattr(config, "tie_word_embeddings", False) else 2)
+    return float(layers * (attention + mlp + 2 * hidden) + embeddings + hidden)
 
 
 def _reporters(args: TrainingArguments) -> list[str]:

@@ -18,3 +18,12 @@ class LogError(BayesGrpoError):
 
 class ModelError(BayesGrpoError):
     """A fitted model is missing, corrupt, or cannot answer the query."""
+
+
+class PlanError(LogError, ModelError):
+    """A run's planned length (``total_steps``) is missing or impossible.
+
+    Raised by :func:`bayes_grpo.logs.plan.planned_length`, the one check every entry point
+    (loaders, forecasts, the CLI, ``watch``, ``rank``, the Optuna pruner) makes; it is a
+    :class:`LogError` and a :class:`ModelError`, the two types these entry points raised before.
+    """

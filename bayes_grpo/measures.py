@@ -1,27 +1,28 @@
-"""Run-level measures, defined once: final reward, spread, cut, smoothing, regret, scores.
+"""Run-level measures, defined once: final reward, spread, cut, smoothing, weighted quantile.
 
-Calibration, the stopping backtest, the report, the benchmarks, the CLI and the
-stopping rule all use these functions, so "final reward" or "regret" means the
-same thing everywhere. Definitions follow the project's evaluation protocol:
+The forecast, the stopping rule, the sweeps, the report, the CLI and the
+evaluation code (the repository's ``evaluation/``, not shipped) all use these
+functions, so "final reward" or "spread" means the same thing everywhere.
+Definitions follow the project's evaluation protocol:
 
 * **final reward**: mean reward over the last 10% of logged steps;
 * **spread**: the 10-90% quantile range of the logged rewards;
 * **cut**: a run as it looked at a fraction of its planned total steps;
 * **smoothed**: Nadaraya-Watson Gaussian-kernel smoother with a bandwidth of 8%
-  of the run's steps;
-* **regret** of a stop: (S at the last step - S at the stop) / spread, S the
-  smoother of the whole run;
-* **quantile score**: mean pinball loss over the forecast quantiles.
+  of the run's steps.
+
+The scores built on them (regret, persistence, quantile score, interval
+outcomes, the hardest third) are in ``evaluation.scoring``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bayes_grpo.settings import FINAL_WINDOW_FRACTION, PERSISTENCE_POINTS, SMOOTHING_BANDWIDTH
+from bayes_grpo.settings import FINAL_WINDOW_FRACTION, SMOOTHING_BANDWIDTH
 
 if TYPE_CHECKING:
     from bayes_grpo.logs import RunLog
@@ -64,11 +65,6 @@ def cut(run: RunLog, fraction: float, total_steps: int | None = None) -> RunLog:
     return run.head(int(run.steps[min(n_seen, len(run.steps)) - 1]))
 
 
-def persistence(rewards: np.ndarray, points: int = PERSISTENCE_POINTS) -> float:
-    """Persistence forecast of the final reward: mean of the last ``points`` observed rewards."""
-    return float(np.asarray(rewards, dtype=float)[-points:].mean())
-
-
 def smoothed(steps: np.ndarray, rewards: np.ndarray, bandwidth: float = SMOOTHING_BANDWIDTH, span: float | None = None) -> np.ndarray:
     """Gaussian-kernel (Nadaraya-Watson) smoother of ``rewards`` evaluated at ``steps``.
 
@@ -89,45 +85,6 @@ def smoothed(steps: np.ndarray, rewards: np.ndarray, bandwidth: float = SMOOTHIN
         weights = np.exp(-0.5 * ((query - steps[None, :]) / h) ** 2)
         out[start : start + chunk] = weights @ rewards / weights.sum(axis=1)
     return out
-
-
-def best_step(steps: np.ndarray, rewards: np.ndarray, bandwidth: float = SMOOTHING_BANDWIDTH) -> int | None:
-    """The logged step with the highest smoothed reward among the steps given (None when empty)."""
-    steps = np.asarray(steps, dtype=float)
-    if steps.size == 0:
-        return None
-    return int(steps[int(np.argmax(smoothed(steps, rewards, bandwidth)))])
-
-
-def regret(steps: np.ndarray, rewards: np.ndarray, stop_step: float | None, bandwidth: float = SMOOTHING_BANDWIDTH) -> float:
-    """Regret of stopping at ``stop_step``: (S at the last step - S at the stop) / spread; 0 when never stopped."""
-    steps = np.asarray(steps, dtype=float)
-    if stop_step is None or stop_step >= steps[-1]:
-        return 0.0
-    curve = smoothed(steps, rewards, bandwidth)
-    at_stop = float(np.interp(stop_step, steps, curve))
-    return (float(curve[-1]) - at_stop) / reward_spread(rewards)
-
-
-def pinball_loss(truth: float, quantiles: Mapping[float, float]) -> float:
-    """Mean pinball (quantile) loss of predicted ``{q: value}`` quantiles against ``truth``."""
-    losses = [max(q * (truth - v), (q - 1.0) * (truth - v)) for q, v in quantiles.items()]
-    return float(np.mean(losses))
-
-
-def quantile_score(truth: float, quantiles: Mapping[float, float], spread: float) -> float:
-    """Pinball loss in units of ``spread`` (the run's reward spread): lower is better."""
-    return pinball_loss(truth, quantiles) / spread
-
-
-def interval_outcome(truth: float, lo: float, hi: float) -> str:
-    """'below', 'inside' or 'above': where ``truth`` falls relative to the interval ``[lo, hi]``."""
-    return "below" if truth < lo else ("above" if truth > hi else "inside")
-
-
-def change_after_cut(rewards_full: np.ndarray, rewards_head: np.ndarray) -> float:
-    """|final - persistence| / spread: how much a run moved after the cut (to pick the hardest runs)."""
-    return abs(final_reward(rewards_full) - persistence(rewards_head)) / reward_spread(rewards_full)
 
 
 def weighted_quantile(values: Sequence[float], q: float, weights: Sequence[float] | None = None) -> float:
@@ -174,18 +131,3 @@ def weighted_quantile(values: Sequence[float], q: float, weights: Sequence[float
     if i < values.size - 1 and abs(cumulative[i] - target) <= tolerance:
         return float(0.5 * (values[i] + values[i + 1]))
     return float(values[i])
-
-
-def hardest_third(values: Sequence[float], weights: Sequence[float] | None = None) -> np.ndarray:
-    """Boolean mask of the top third of ``values`` (e.g. change after the cut).
-
-    With ``weights`` the top third is of the total weight (the cut is the weighted
-    2/3 quantile, :func:`weighted_quantile`), so a value counted less (a run of a
-    source with many runs) moves the cut less.
-    """
-    values = np.asarray(values, dtype=float)
-    if values.size == 0:
-        return np.zeros(0, bool)
-    if weights is None:
-        return values >= np.quantile(values, 2.0 / 3.0)
-    return values >= weighted_quantile(values, 2.0 / 3.0, weights)

@@ -45,7 +45,7 @@ from bayes_grpo.prepare import LONG_PLAN_FACTOR, SCALE_KINDS, PreparedRun, froze
 from bayes_grpo.recalibration import Recalibration
 from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE
 from bayes_grpo.stopping import RelativeTo, StopDecision, stop_decision, stop_probability
-from bayes_grpo.sweeps import Ranking, rank
+from bayes_grpo.sweeps import Ranking, SweepCoupling, rank
 
 #: Version of the model-file layout; :func:`load_model` refuses files of another version.
 FORMAT_VERSION = 1
@@ -121,6 +121,10 @@ class FittedModel:
         The calibration layer learned for this fit by source-grouped cross-validation on real runs
         (:mod:`bayes_grpo.recalibration`), applied to every forecast unless ``calibrated=False``;
         None for a fit without one (``scripts/refit_default_model.py`` learns it).
+    sweep_coupling : SweepCoupling or None
+        How this fit's forecasts of one sweep's runs miss together (:class:`bayes_grpo.sweeps.SweepCoupling`),
+        measured on its held-out forecasts of real runs; ``rank`` and the Optuna pruner use it. None: the
+        forecasts alone.
 
     Example
     -------
@@ -136,6 +140,7 @@ class FittedModel:
     idata: az.InferenceData | None = None
     diagnostics: FitDiagnostics | None = None
     recalibration: Recalibration | None = None
+    sweep_coupling: SweepCoupling | None = None
     _arrays: dict[str, np.ndarray] | None = field(default=None, init=False, repr=False)
 
     @property
@@ -298,7 +303,9 @@ class FittedModel:
         threshold, tolerance, relative_to, value_per_reward, cost_per_step
             See :func:`bayes_grpo.stopping.decision_from_forecast`.
         **kwargs
-            Passed to :meth:`forecast` (``n_draws``, ``seed``, metadata overrides).
+            ``min_fraction`` and ``rule`` (any :class:`~bayes_grpo.stopping.StopRule`, then the settings above do not
+            apply) go to :func:`bayes_grpo.stopping.stop_decision`; the rest to :meth:`forecast` (``n_draws``, ``seed``,
+            metadata overrides).
 
         Returns
         -------
@@ -391,6 +398,7 @@ class FittedModel:
             "fitted_on": json.dumps(self.fitted_on, default=str),
             "diagnostics": json.dumps(asdict(self.diagnostics) if self.diagnostics is not None else None),
             **({"recalibration": self.recalibration.to_json()} if self.recalibration is not None else {}),
+            **({"sweep_coupling": self.sweep_coupling.to_json(self.fit_id)} if self.sweep_coupling is not None else {}),
         }
 
 
@@ -465,6 +473,11 @@ def load_model(path: str | os.PathLike) -> FittedModel:
         if layer.fit_id != model.fit_id:
             raise ModelError(f"{file}: its calibration layer was learned for fit {layer.fit_id}, not this file's fit {model.fit_id}; relearn it")
         model.recalibration = layer
+    if "sweep_coupling" in attrs:
+        coupling, measured_for = SweepCoupling.from_json(attrs["sweep_coupling"])
+        if measured_for != model.fit_id:
+            raise ModelError(f"{file}: its sweep coupling was measured for fit {measured_for}, not this file's fit {model.fit_id}; measure it again")
+        model.sweep_coupling = coupling
     return model
 
 

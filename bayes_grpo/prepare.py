@@ -44,7 +44,8 @@ import numpy as np
 from scipy.stats import beta
 
 from bayes_grpo.errors import ModelError
-from bayes_grpo.logs import RunLog
+from bayes_grpo.logs import RunLog, normalise_family
+from bayes_grpo.logs.plan import planned_length
 from bayes_grpo.measures import reward_spread
 
 SCALE_KINDS: tuple[str, ...] = ("range", "learned")
@@ -348,20 +349,10 @@ def prepare_run(
 
     steps = np.asarray(run.steps, dtype=float) if run is not None else np.empty(0)
     rewards = np.asarray(run.rewards, dtype=float) if run is not None else np.empty(0)
-    if total is None:
-        if require_total or steps.size == 0:
-            raise ModelError(
-                f"run {run_id!r}: total_steps is unknown; pass total_steps= (the planned number of training steps)"
-            )
-        total = int(steps.max())
-    total = int(total)
-    if total <= 0:
-        raise ModelError(f"run {run_id!r}: total_steps must be positive, got {total}")
-    if steps.size and steps.max() > total:
-        raise ModelError(
-            f"run {run_id!r}: total_steps={total} is smaller than the last logged step {int(steps.max())}; "
-            "pass the planned number of steps"
-        )
+    last = int(steps.max()) if steps.size else None
+    total = planned_length(total, last, f"run {run_id!r}", required=require_total or steps.size == 0)
+    if total is None:  # a finished training run: its log is its plan
+        total = last
 
     if reward_range is not None:
         lo, hi = (float(v) for v in reward_range)
@@ -388,7 +379,7 @@ def prepare_run(
     zero_share = run.signal("frac_reward_zero_std") if run is not None else None
     return PreparedRun(
         run_id=run_id,
-        family=family.lower() if isinstance(family, str) else None,
+        family=normalise_family(family) if isinstance(family, str) else None,
         source=str(source) if source else None,
         log10_size=log10_size,
         kind=kind,

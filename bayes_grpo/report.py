@@ -148,15 +148,17 @@ def forecast_figure(model: FittedModel, runs: Sequence[RunLog], fractions: Seque
 def _fan_charts(cuts: Sequence[tuple[RunLog, float, RunLog, Forecast]], n_fractions: int) -> Figure:
     import matplotlib.pyplot as plt
 
+    from bayes_grpo.plotting import draw_fan
+
     n_runs = len(cuts) // n_fractions
     fig, axes = plt.subplots(n_runs, n_fractions, figsize=(4.2 * n_fractions, 2.8 * n_runs), squeeze=False)
     for k, (run, frac, head, fc) in enumerate(cuts):
         i, j = divmod(k, n_fractions)
-        fc.plot(ax=axes[i, j], truth=run)
+        draw_fan(axes[i, j], fc, truth=run)
         axes[i, j].set_title(f"{run.run_id}\nfrom {frac:.0%} (step {head.last_step}), P(take-off ahead) {fc.regimes['take_off_ahead']:.2f}", fontsize=8)
-        if i or j:
-            axes[i, j].set_ylabel("")
-        else:
+        axes[i, j].set_xlabel("step")
+        if not (i or j):
+            axes[i, j].set_ylabel("reward")
             axes[i, j].legend(fontsize=6, loc="lower right")
     fig.tight_layout()
     return fig
@@ -209,16 +211,18 @@ def component_panel(model: FittedModel, run: RunLog, fraction: float = 0.3) -> t
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         components = forecast_components(model, head, total_steps=horizon(run))
-    columns = min(4, max(1, len(components)))
-    figure = Figure(figsize=(2.8 * columns, 2.4 * -(-len(components) // columns)), layout="constrained")
+    drawn = sum(not c.constant for c in components)  # a constant function is neither forecast nor drawn
+    columns = min(4, max(1, drawn))
+    figure = Figure(figsize=(2.8 * columns, 2.4 * max(1, -(-drawn // columns))), layout="constrained")
     plot_components(components, figure, truth=run)
     rows = []
     for c in components:
-        lo, hi = c.forecast.final.interval(0.9)
+        lo, hi = c.forecast.final.interval(0.9) if c.forecast is not None else (np.nan, np.nan)
         rows.append({
             "function": c.name, f"at step {head.last_step}": final_reward(head.signal(f"rewards/{c.name}/mean")),
-            "forecast final": c.forecast.final.median, "90% interval": f"{lo:.3g} to {hi:.3g}",
-            "truth": final_reward(run.signal(f"rewards/{c.name}/mean")), "saturated": c.reason or "no",
+            "forecast final": c.forecast.final.median if c.forecast is not None else np.nan,
+            "90% interval": f"{lo:.3g} to {hi:.3g}" if c.forecast is not None else "-",
+            "truth": final_reward(run.signal(f"rewards/{c.name}/mean")), "saturated": c.status if c.constant else (c.reason or "no"),
         })  # fmt: skip
     return figure, pd.DataFrame(rows)
 

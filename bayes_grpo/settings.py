@@ -1,8 +1,10 @@
 """Package-wide defaults and locations, defined once.
 
 Every module that needs a default stop threshold, the final-reward window, the
-smoothing bandwidth or the folder of the shared external runs reads it from
-here, so changing one of them is a one-line change.
+smoothing bandwidth or the folder of the bundled runs reads it from here, so
+changing one of them is a one-line change. (The evaluation defaults and the
+folder of the shared external runs are in the repository's ``evaluation/``
+package, which is not shipped.)
 """
 
 from __future__ import annotations
@@ -23,37 +25,11 @@ FINAL_WINDOW_FRACTION = 0.1
 SMOOTHING_BANDWIDTH = 0.08
 #: Quantiles reported by forecasts and scored by the quantile (pinball) score.
 FORECAST_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
-#: Observed fractions at which forecasts are evaluated.
-EVALUATION_FRACTIONS = (0.2, 0.3, 0.5)
-#: Points averaged by the persistence baseline (last N observed rewards).
-PERSISTENCE_POINTS = 10
-
-#: Environment variable naming the folder of the shared external runs
-#: (the folder that holds ``index.csv`` and ``runs/``).
-SHARED_RUNS_ENV = "BAYES_GRPO_SHARED_RUNS"
-_REPO_SHARED = Path(__file__).resolve().parents[2] / "shared" / "external_runs"
 
 
 def quick_mode() -> bool:
     """True when ``BAYES_GRPO_QUICK`` is set: tests and CI use short sampler runs."""
     return os.environ.get("BAYES_GRPO_QUICK", "").strip().lower() not in ("", "0", "false", "no")
-
-
-def shared_runs_dir(path: str | os.PathLike | None = None) -> Path | None:
-    """Folder of the shared external runs (``index.csv`` + ``runs/``), or None when absent.
-
-    Resolution order: the ``path`` argument, then the ``BAYES_GRPO_SHARED_RUNS``
-    environment variable, then ``../shared/external_runs`` beside a source
-    checkout. The data are other people's runs: they are read in place, never
-    copied into this package.
-    """
-    candidate = path if path is not None else os.environ.get(SHARED_RUNS_ENV)
-    folder = Path(candidate) if candidate else _REPO_SHARED
-    if path is not None or os.environ.get(SHARED_RUNS_ENV):
-        if not folder.is_dir():
-            raise FileNotFoundError(f"shared runs folder {folder} does not exist (set {SHARED_RUNS_ENV} or pass a path)")
-        return folder
-    return folder if folder.is_dir() else None
 
 
 _REPO_BUNDLED = Path(__file__).resolve().parents[1] / "data" / "runs"

@@ -43,6 +43,7 @@ draws every run independently from its forecast as it is.
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 import zlib
@@ -54,9 +55,10 @@ import numpy as np
 import pandas as pd
 from scipy.stats import norm
 
-from bayes_grpo.errors import ModelError
+from bayes_grpo.errors import ModelError, PlanError
 from bayes_grpo.forecast import Forecast
 from bayes_grpo.logs import RunLog
+from bayes_grpo.logs.plan import planned_length
 from bayes_grpo.measures import final_reward, reward_spread
 from bayes_grpo.population import PopulationPosterior
 
@@ -171,7 +173,7 @@ class SweepCoupling:
 
     Example
     -------
-    >>> SWEEP_COUPLING.at(0.3).value(0.0)  # doctest: +SKIP
+    >>> bg.default_model().sweep_coupling.at(0.3).value(0.0)  # doctest: +SKIP
     """
 
     fractions: tuple[float, ...]
@@ -236,6 +238,28 @@ class SweepCoupling:
             finals[:, i] = ScoreMap.from_draws(draws).bounded_value(z[:, i], *bounds)
         return finals, z
 
+    def to_json(self, fit_id: str) -> str:
+        """JSON of the coupling and the id of the fit it was measured for (stored in the model file)."""
+        return json.dumps({"fractions": self.fractions, "score_quantiles": self.score_quantiles, "correlation": self.correlation, "fit_id": fit_id})
+
+    @classmethod
+    def from_json(cls, text: str) -> tuple[SweepCoupling, str]:
+        """The coupling stored by :meth:`to_json`, and the fit id it was measured for."""
+        data = json.loads(text)
+        rows = tuple(tuple(float(v) for v in row) for row in data["score_quantiles"])
+        return cls(tuple(float(v) for v in data["fractions"]), rows, tuple(float(v) for v in data["correlation"])), str(data["fit_id"])
+
+    @classmethod
+    def from_table(cls, table: pd.DataFrame) -> SweepCoupling:
+        """The coupling of ``benchmarks/results/sweep_coupling.csv`` (columns ``fraction``, ``z_qNN`` per level, ``correlation``)."""
+        columns = [f"z_q{round(100 * level):02d}" for level in COUPLING_LEVELS]
+        missing = [c for c in ("fraction", *columns, "correlation") if c not in table]
+        if missing:
+            raise ModelError(f"a sweep-coupling table needs the columns fraction, {', '.join(columns)} and correlation; missing {', '.join(missing)}")
+        table = table.sort_values("fraction")
+        rows = tuple(tuple(float(v) for v in row) for row in table[columns].to_numpy())
+        return cls(tuple(float(v) for v in table["fraction"]), rows, tuple(float(v) for v in table["correlation"]))
+
     @classmethod
     def measure(cls, scores: pd.DataFrame, cap: int = 3, repeats: int = 50, seed: int = 0) -> SweepCoupling:
         """The scores' quantiles and shared share per fraction, each source counted as at most ``cap`` runs.
@@ -279,19 +303,18 @@ def _intraclass_correlation(frame: pd.DataFrame) -> float:
     return float((between - within) / (between + (size - 1) * within))
 
 
-#: The coupling measured on the shared real runs, cross-validated by source, sources capped at 3 runs
-#: (``benchmarks/sweep_coupling.py``; ``benchmarks/results/sweep_coupling.csv`` holds the same figures).
-SWEEP_COUPLING = SweepCoupling(
-    fractions=(0.2, 0.3, 0.5),
-    score_quantiles=(
-        (-3.04, -1.23, -0.91, -0.47, 0.15, 1.58, 7.30, 10.00, 13.21),
-        (-2.13, -1.86, -1.26, -0.61, 0.02, 1.04, 4.75, 8.57, 11.23),
-        (-4.31, -2.11, -1.35, -0.47, -0.04, 0.43, 1.79, 2.13, 2.90),
-    ),
-    correlation=(0.39, 0.53, 0.62),
-)
 #: Every run drawn independently from its forecast as it is (no sweep coupling, no calibration).
 FORECAST_ALONE = SweepCoupling(fractions=(0.0,), score_quantiles=(tuple(norm.ppf(COUPLING_LEVELS)),), correlation=(0.0,))
+
+
+def model_coupling(model: Any) -> SweepCoupling:
+    """The sweep coupling stored with ``model``'s fit (``FittedModel.sweep_coupling``), else :data:`FORECAST_ALONE`.
+
+    The coupling is learned from a fit's own held-out forecasts (``benchmarks/sweep_coupling.py``), so it
+    lives in the model file beside the fit it was measured for; a fit without one ranks on its forecasts alone.
+    """
+    coupling = getattr(model, "sweep_coupling", None)
+    return coupling if isinstance(coupling, SweepCoupling) else FORECAST_ALONE
 
 
 @dataclass
@@ -437,6 +460,8 @@ class Ranking:
         end the 90% interval of the run's final from the joint draws (the sweep's coupling included)."""
         import matplotlib.pyplot as plt
 
+        from bayes_grpo.plotting import draw_fan
+
         order = [self.run_ids.index(run_id) for run_id in self.table["run_id"]]
         columns = max(1, min(columns, len(order)))
         rows = -(-len(order) // columns)
@@ -448,13 +473,10 @@ class Ranking:
             for other in self.forecasts:
                 ax.plot(other.observed_steps, other.observed_rewards, color="0.85", lw=0.5)
             fc = self.forecasts[i]
-            ax.plot(fc.observed_steps, fc.observed_rewards, color="C0", lw=0.7)
-            if not self.finished[i]:
-                ahead = fc.steps >= (fc.last_observed_step or 0)
-                bands = np.quantile(fc.draws[:, ahead], [0.05, 0.25, 0.5, 0.75, 0.95], axis=0)
-                ax.fill_between(fc.steps[ahead], bands[0], bands[4], color="C1", alpha=0.2, lw=0)
-                ax.fill_between(fc.steps[ahead], bands[1], bands[3], color="C1", alpha=0.35, lw=0)
-                ax.plot(fc.steps[ahead], bands[2], color="C1", lw=1.2)
+            if self.finished[i]:
+                ax.plot(fc.observed_steps, fc.observed_rewards, color="k", lw=0.8)
+            else:
+                draw_fan(ax, fc, colour="C1", ahead_only=True, labels=False)
             middle = float(np.median(self.finals[:, i]))
             ax.errorbar([fc.total_steps], [middle], yerr=[[middle - low[i]], [high[i] - middle]], fmt="o", color="C3", ms=3, capsize=3, lw=1)
             ax.set_title(f"{self.run_ids[i][len(prefix):] or self.run_ids[i]}\np_best {p_best.iloc[i]:.2f}", fontsize=8)
@@ -477,7 +499,7 @@ def rank(
     family: str | None = None,
     params_b: float | None = None,
     beat: float | None = None,
-    coupling: SweepCoupling = SWEEP_COUPLING,
+    coupling: SweepCoupling | None = None,
     n_draws: int = RANK_FORECAST_DRAWS,
     joint_draws: int = JOINT_DRAWS,
     seed: int = 0,
@@ -498,9 +520,10 @@ def rank(
         Model family and size for every run (default: each run's metadata).
     beat : float, optional
         Add a ``p_beats`` column to the table: the probability of ending above this value.
-    coupling : SweepCoupling
-        How the runs' forecasts miss together (default :data:`SWEEP_COUPLING`, measured on real runs);
-        :data:`FORECAST_ALONE` draws each run independently from its forecast as it is.
+    coupling : SweepCoupling, optional
+        How the runs' forecasts miss together; default the model's own (:func:`model_coupling`: measured
+        on real runs for the shipped model and stored in its file); :data:`FORECAST_ALONE` draws each
+        run independently from its forecast as it is.
     n_draws : int
         Forecast draws per run.
     joint_draws : int
@@ -530,15 +553,16 @@ def rank(
     _check_runs(runs)
     if beat is not None and not _is_finite_number(beat):
         raise ModelError(f"beat must be a finite number, got {beat!r}")
+    coupling = model_coupling(model) if coupling is None else coupling
     if not isinstance(coupling, SweepCoupling):
-        raise ModelError(f"coupling must be a SweepCoupling (e.g. bayes_grpo.sweeps.SWEEP_COUPLING), got {coupling!r}")
+        raise ModelError(f"coupling must be a SweepCoupling (e.g. bayes_grpo.sweeps.FORECAST_ALONE), got {coupling!r}")
     for name, value in (("n_draws", n_draws), ("joint_draws", joint_draws)):
         if not isinstance(value, (int, np.integer)) or value < 2:
             raise ModelError(f"{name} must be a whole number of at least 2, got {value!r}")
     total = _planned_length(runs, total_steps)
     finished = np.array([run.last_step >= total for run in runs])
     # The sweep coupling is the ranking's calibration: measured on the model's own forecasts (the distribution of
-    # real misses, SWEEP_COUPLING), so it draws from those, not from forecasts through the model's calibration layer.
+    # real misses, the model's sweep_coupling), so it draws from those, not from forecasts through the model's calibration layer.
     options = {"total_steps": total, "family": family, "params_b": params_b, "n_draws": n_draws, "calibrated": False}
     forecasts = _forecast_runs(model, runs, options, seed, n_jobs)
     going = sorted((i for i in range(len(runs)) if not finished[i]), key=lambda i: runs[i].run_id)  # by id: any order of the runs gives one ranking
@@ -636,23 +660,15 @@ def _check_runs(runs: Sequence[Any]) -> None:
 
 def _planned_length(runs: Sequence[RunLog], total_steps: int | None) -> int:
     """The one planned length the runs are compared at (given, else their metadata's, which must agree)."""
-    if total_steps is not None:
-        if not isinstance(total_steps, (int, np.integer)) or isinstance(total_steps, bool) or total_steps < 1:
-            raise ModelError(f"total_steps must be a whole number of at least 1, got {total_steps!r}")
-        total = int(total_steps)
-    else:
-        plans = {run.run_id: run.total_steps for run in runs}
-        unknown = [run_id for run_id, plan in plans.items() if plan is None]
-        if unknown:
-            raise ModelError(f"the planned length of {', '.join(unknown)} is unknown; pass total_steps= (the trainer's max_steps)")
+    if total_steps is None:
+        plans = {run.run_id: planned_length(run.total_steps, run.last_step, f"run {run.run_id!r}") for run in runs}
         if len(set(plans.values())) > 1:
             shown = ", ".join(f"{run_id}: {plan}" for run_id, plan in plans.items())
-            raise ModelError(f"the runs plan different lengths ({shown}); pass total_steps= to compare their final rewards at one length")
-        total = int(next(iter(plans.values())))
-    beyond = [f"{run.run_id} (step {run.last_step})" for run in runs if run.last_step > total]
-    if beyond:
-        raise ModelError(f"runs logged beyond total_steps={total}: {', '.join(beyond)}; pass their planned length")
-    return total
+            raise PlanError(f"the runs plan different lengths ({shown}); pass total_steps= to compare their final rewards at one length")
+        total_steps = next(iter(plans.values()))
+    for run in runs:
+        planned_length(total_steps, run.last_step, f"run {run.run_id!r}")
+    return int(total_steps)
 
 
 def _run_seed(seed: int, run_id: str) -> int:

@@ -25,7 +25,7 @@ import re
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -33,12 +33,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bayes_grpo.errors import BayesGrpoError, LogError
+from bayes_grpo.errors import BayesGrpoError, LogError, PlanError
+from bayes_grpo.logs.plan import planned_length
+from bayes_grpo.plotting import fan_chart, figure_pixels, save_figure  # noqa: F401 - the watch figures, re-exported
 from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE
 from bayes_grpo.stopping import StopDecision, decision_from_forecast
 
 if TYPE_CHECKING:
-    from matplotlib.figure import Figure
     from rich.console import RenderableType
 
     from bayes_grpo.forecast import Forecast
@@ -140,7 +141,8 @@ def watch(
         Seconds between two looks at the log; > 0.
     once
         Yield one update and stop; a log that cannot be read then raises instead of being waited for,
-        and a last line without its line end is read as it is (a finished log may lack it).
+        and a last line without its line end is still left out (it may be half written), unless with
+        it the log reaches its planned end (a finished log may lack its last line end).
     seed
         Seed of the forecast draws.
     encoding
@@ -174,10 +176,12 @@ def watch(
     reported: set[str] = set()
     while True:
         try:
-            run, used = _read_complete(source, metadata, whole_lines=not once)
+            run, used = _read_complete(source, metadata, whole_lines=True, finished_whole=once)
             if len(run) < MIN_STEPS and run.reward_range is None:
                 raise LogError(f"{source}: {len(run)} logged step(s) so far; the forecast starts at {MIN_STEPS} (or pass a reward range)")
         except (LogError, OSError, ValueError) as exc:
+            if isinstance(exc, PlanError):  # a wrong plan does not fix itself as the log grows
+                raise
             if once:
                 raise BayesGrpoError(str(exc)) from exc
             message = f"waiting for {source}: {exc}"
@@ -189,8 +193,7 @@ def watch(
         except _MidWrite:
             time.sleep(poll)
             continue
-        if run.total_steps is None:
-            raise BayesGrpoError(f"{source} does not say how many steps the run will take; pass total_steps= (the trainer's max_steps)")
+        planned_length(run.total_steps, run.last_step, str(source))
         if (len(run), run.last_step, float(run.rewards[-1])) != seen:
             seen = (len(run), run.last_step, float(run.rewards[-1]))
             model = model or _shipped_model()
@@ -205,11 +208,12 @@ class _MidWrite(Exception):
     """Every ``trainer_state.json`` of the folder is being written: look again at the next poll."""
 
 
-def _read_complete(source: Path, metadata: dict, whole_lines: bool) -> tuple[RunLog, Path]:
+def _read_complete(source: Path, metadata: dict, whole_lines: bool, finished_whole: bool = False) -> tuple[RunLog, Path]:
     """The run at ``source`` and the file it came from, read from what is completely written.
 
     For an output folder, the newest ``trainer_state.json`` that parses (:class:`_MidWrite` when
-    none does yet); for a text log with ``whole_lines``, the lines up to the last line end.
+    none does yet); for a text log with ``whole_lines``, the lines up to the last line end (with
+    ``finished_whole``, the whole log when with its unterminated last line it reaches its planned end).
     """
     from bayes_grpo.logs import read_log
 
@@ -227,6 +231,13 @@ def _read_complete(source: Path, metadata: dict, whole_lines: bool) -> tuple[Run
         data = source.read_bytes()
         end = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
         if end < len(data):  # the last line has no line end yet: read a copy of the lines before it
+            if finished_whole:  # ...unless it is the planned last step of a log written without a last line end
+                try:
+                    whole = read_log(source, **metadata)
+                except (LogError, ValueError):
+                    whole = None
+                if whole is not None and whole.total_steps is not None and whole.last_step >= whole.total_steps:
+                    return whole, source
             return _read_prefix(source, data[:end], metadata), source
     return read_log(source, **metadata), source
 
@@ -300,89 +311,6 @@ def grpo_signals(run: RunLog) -> dict[str, float]:
 # ------------------------------------------------------------------- figures
 
 
-def fan_chart(
-    fc: Forecast, decision: StopDecision | None = None, history: Sequence[tuple[int, float]] = (), threshold: float | None = None
-) -> Figure:
-    """The forecast fan with the logged rewards, planned end and best step; below it, the stop probability so far.
-
-    Parameters
-    ----------
-    fc : Forecast
-        The forecast to draw.
-    decision : StopDecision, optional
-        Marks its best step and names its verdict in the title.
-    history : sequence of (int, float)
-        Step and stop probability of every check so far (the lower panel; none: fan only).
-    threshold : float, optional
-        The stop threshold, drawn in the lower panel (default: the decision's).
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-        A figure not managed by pyplot (safe to draw outside the main thread).
-    """
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(7, 5 if history else 3.6), dpi=80)
-    figure.subplots_adjust(left=0.1, right=0.97, top=0.93, bottom=0.1 if history else 0.13, hspace=0.12)  # fixed: faster than a layout engine
-    if history:
-        fan, below = figure.subplots(2, 1, sharex=True, height_ratios=(3, 1))
-    else:
-        fan, below = figure.subplots(), None
-    frame = fc.to_frame()
-    fan.fill_between(frame.step, frame.q05, frame.q95, alpha=0.2, color="C0", label="90% interval")
-    fan.fill_between(frame.step, frame.q25, frame.q75, alpha=0.35, color="C0", label="50% interval")
-    fan.plot(frame.step, frame.q50, color="C0", lw=1.5, label="median")
-    fan.plot(fc.observed_steps, fc.observed_rewards, color="k", lw=0.8, label="logged")
-    fan.axvline(fc.total_steps, color="0.3", ls="--", lw=0.8, label="planned end")
-    if decision is not None and decision.best_step:
-        best = np.flatnonzero(fc.observed_steps == decision.best_step)
-        if best.size:
-            fan.plot(decision.best_step, fc.observed_rewards[best[0]], "o", color="C3", ms=5, label=f"best step {decision.best_step}")
-    fan.set_ylabel("reward")
-    fan.legend(fontsize=7, loc="best")
-    title = f"{fc.run_id}: step {fc.last_observed_step} of {fc.total_steps}"
-    if decision is not None:
-        title += f", P(plateau) {decision.probability:.0%}: {'stop' if decision.should_stop else 'keep training'}"
-    fan.set_title(title, fontsize=9)
-    axis = below if below is not None else fan
-    if below is not None:
-        steps, probabilities = zip(*history)
-        below.plot(steps, probabilities, "o-", color="C2", ms=3, lw=1)
-        limit = threshold if threshold is not None else (decision.threshold if decision is not None else None)
-        if limit is not None:
-            below.axhline(limit, color="C3", ls=":", lw=0.8)
-        below.set_ylim(-0.02, 1.02)
-        below.set_ylabel("P(plateau)")
-    axis.set_xlim(0, fc.total_steps * 1.02)
-    axis.set_xlabel("step")
-    return figure
-
-
-def figure_pixels(figure: Figure) -> np.ndarray:
-    """Render ``figure`` (Agg) to an (height, width, 3) uint8 RGB array, the form W&B and TensorBoard take."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    canvas = FigureCanvasAgg(figure)
-    canvas.draw()
-    return np.asarray(canvas.buffer_rgba())[..., :3].copy()
-
-
-def save_figure(figure: Figure, path: str | os.PathLike) -> Path:
-    """Write ``figure`` to ``path`` through a temporary file, so a viewer never sees half an image."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(suffix=target.suffix, dir=target.parent, prefix=f".{target.stem}-")
-    os.close(handle)
-    try:
-        figure.savefig(temporary, dpi=120)
-        os.replace(temporary, target)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-    return target
-
-
 # --------------------------------------------------------------- the panel
 
 
@@ -402,6 +330,7 @@ def panel(update: WatchUpdate, poll: float | None = None, plot: Path | None = No
     -------
     rich.panel.Panel
     """
+    from rich.columns import Columns
     from rich.console import Group
     from rich.panel import Panel
     from rich.progress_bar import ProgressBar
@@ -423,13 +352,9 @@ def panel(update: WatchUpdate, poll: float | None = None, plot: Path | None = No
     verdict = Text("STOP", style="bold red") if decision.should_stop else Text("keep training", style="bold green")
     facts.add_row("decision", verdict + Text(f" ({decision.reason})"))
     parts: list[RenderableType] = [facts, Text(decision.explain(), style="italic")]
-    if update.signals:
-        signals = Table(title="GRPO signals (latest)", title_justify="left", show_header=False, box=None, padding=(0, 2))
-        signals.add_column(style="cyan")
-        signals.add_column(justify="right")
-        for label, value in update.signals.items():
-            signals.add_row(label, f"{value:.4g}")
-        parts.append(signals)
+    if update.signals:  # side by side, as many to a row as fit: the panel stays within a 24-line terminal
+        cells = [Text.assemble((label, "cyan"), f" {value:.4g}") for label, value in update.signals.items()]
+        parts += [Text("GRPO signals (latest)"), Columns(cells, padding=(0, 3))]
     footer = f"read {update.source} at {datetime.now():%H:%M:%S}"
     if update.finished:
         footer += "; the run reached its planned end"

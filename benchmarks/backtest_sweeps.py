@@ -10,7 +10,7 @@ sees the same orders.
 
 The model that prunes a sweep was fitted without any run of its source: the runs (bundled and
 shared, as ``benchmarks/calibration.py`` loads them) are split into the same source-grouped folds
-(``bayes_grpo.calibration.grouped_splits``, 5 folds, seed 0) with the same fit seeds, so with
+(``evaluation.calibration.grouped_splits``, 5 folds, seed 0) with the same fit seeds, so with
 ``--cache`` the fold fits of the calibration benchmark are read instead of refitted.
 
 The ForecastPruner and ``rank`` treat each sweep as one source: its runs are coupled by a
@@ -58,10 +58,11 @@ from rank_speed import measure as measure_rank_speed
 from rank_speed import synthetic_sweep
 
 import bayes_grpo as bg
-from bayes_grpo import calibration, measures
+from bayes_grpo import measures
 from bayes_grpo.integrations.optuna import ForecastPruner
 from bayes_grpo.parallel import map_jobs
-from bayes_grpo.sweeps import FORECAST_ALONE, SWEEP_COUPLING, SweepCoupling
+from bayes_grpo.sweeps import FORECAST_ALONE, SweepCoupling
+from evaluation import calibration
 from sweep_coupling import normal_scores
 
 MIN_SWEEP_RUNS = 3
@@ -81,7 +82,7 @@ class Sweep:
     runs: tuple[bg.RunLog, ...]
     model: bg.FittedModel
     fold: int
-    coupling: SweepCoupling = SWEEP_COUPLING
+    coupling: SweepCoupling | None = None  # None: the model's own (FittedModel.sweep_coupling)
     bundled: bool = False
 
     def truths(self) -> dict[str, float]:
@@ -121,7 +122,7 @@ FORECAST_VARIANTS = {
 }
 
 
-def pruners(total_steps: int, model: bg.FittedModel, check_interval: float, coupling: SweepCoupling = SWEEP_COUPLING) -> dict[str, Callable[[], optuna.pruners.BasePruner]]:
+def pruners(total_steps: int, model: bg.FittedModel, check_interval: float, coupling: SweepCoupling | None = None) -> dict[str, Callable[[], optuna.pruners.BasePruner]]:
     """Name -> a fresh pruner for one replay of a sweep planned for ``total_steps`` (``coupling``: the ForecastPruner's
     sweep coupling where its variant does not name one)."""
     warmup = int(round(0.3 * total_steps))
@@ -321,7 +322,7 @@ def load_bundled_sweeps() -> list[Sweep]:
         totals = {run.total_steps for run in runs}
         if len(runs) >= MIN_SWEEP_RUNS and len(totals) == 1:
             name = f"bundled {folder.name} sweep ({runs[0].meta.extra.get('task', 'task')}, {totals.pop()} steps)"
-            sweeps.append(Sweep(name, f"bundled:{folder.name}", int(runs[0].total_steps), tuple(runs), model, -1, SWEEP_COUPLING, bundled=True))
+            sweeps.append(Sweep(name, f"bundled:{folder.name}", int(runs[0].total_steps), tuple(runs), model, -1, None, bundled=True))
     return sweeps
 
 
@@ -407,7 +408,7 @@ def write(
             "\n## The project's own sweeps (bundled; not the headline)\n\n",
             "Held-out sweeps this project generated (`data/sweeps`, one recipe, one setting varied), pruned by the **shipped** "
             "model, which was fitted on `data/runs` without them (but on runs of the same generator and tasks: easier than a "
-            "stranger's sweep). Same replays and scores as above; the sweep coupling is the shipped `SWEEP_COUPLING`.\n\n",
+            "stranger's sweep). Same replays and scores as above; the sweep coupling is the one stored in the shipped model file.\n\n",
             markdown(summary(own)),
             "\nReliability of p_best on these sweeps (every run cut as above):\n\n",
             markdown(reliability(own_ranks["p_best"], own_ranks["best"])),
@@ -419,7 +420,7 @@ def write(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shared", type=Path, help="folder with index.csv and runs/ (default: bayes_grpo.settings.shared_runs_dir())")
+    parser.add_argument("--shared", type=Path, help="folder with index.csv and runs/ (default: evaluation.settings.shared_runs_dir())")
     parser.add_argument("--folds", type=int, default=5, help="source-grouped folds (default 5, as benchmarks/calibration.py)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the fold layout and fits (default 0, as benchmarks/calibration.py)")
     parser.add_argument("--draws", type=int, help="draws and tuning steps per chain of each fold's fit (default: the package's)")

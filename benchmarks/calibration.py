@@ -3,13 +3,13 @@
 Every run (the shared external runs, plus the bundled runs, one source per generator task) is
 cut at 20%, 30% and 50% of its planned steps and forecast to its end by a model
 fitted on the other folds, with folds grouped by ``source_repo`` so that no
-source is on both sides (``bayes_grpo.calibration.cross_validate``). Scores use
+source is on both sides (``evaluation.calibration.cross_validate``). Scores use
 ``bayes_grpo.measures``; persistence and the paper-law point fit are scored on
 the same cuts, and LC-PFN too when its per-run scores are given (``--lcpfn``,
 written by ``benchmarks/lcpfn_baseline.py evaluate --csv``).
 
 Every summary is given run-weighted and, for the real runs, source-capped: each source
-counts as at most 3 runs (``bayes_grpo.calibration.source_weights``), so a sweep of many runs
+counts as at most 3 runs (``evaluation.calibration.source_weights``), so a sweep of many runs
 of one recipe does not outvote single runs of many recipes. The targets are judged on the
 source-capped real runs.
 
@@ -36,8 +36,8 @@ from pathlib import Path
 import pandas as pd
 from common import RESULTS, add_engine_args, add_fold_fit_args, add_run_args, fit_options, markdown, provenance, verdict
 
-from bayes_grpo import calibration
 from bayes_grpo.population import MODEL_VERSION
+from evaluation import calibration
 
 COLUMNS = ["fraction", "runs", "weight", "error", "mean_error", "persistence", "paper_law", "ratio_to_persistence", "coverage_90", "coverage_50",
            "above_q95", "below_q05", "width_90_median", "quantile_score", "change_after_cut", "ess_median", "pareto_k_above_0.7"]  # fmt: skip
@@ -108,7 +108,7 @@ def main() -> None:
     add_engine_args(parser)
     parser.add_argument("--draws", type=int, help="draws and tuning steps per chain of each fold's fit (default: the package's)")
     parser.add_argument("--chains", type=int, help="chains per fit (default: the package's)")
-    parser.add_argument("--quantity", choices=["window", "final"], default="window", help="what is scored (bayes_grpo.calibration)")
+    parser.add_argument("--quantity", choices=["window", "final"], default="window", help="what is scored (evaluation.calibration)")
     parser.add_argument("--lcpfn", type=Path, default=RESULTS / "lcpfn_runs.csv", help="LC-PFN per-run scores to set beside (when the file exists)")
     add_fold_fit_args(parser)
     parser.add_argument(
@@ -150,7 +150,7 @@ def main() -> None:
         how = (
             f"{len(runs)} runs ({n_real} real runs scored, {n_bundled} bundled) from {len(set(sources.values()))} sources "
             f"in {args.folds} folds; no source is on both sides of a fold (each generator task of the bundled runs is one source). "
-            f"Fit options per fold: {options or 'package defaults'}{cache_note(folds)}. Forecast quantity: `{args.quantity}` (see `bayes_grpo.calibration`)"
+            f"Fit options per fold: {options or 'package defaults'}{cache_note(folds)}. Forecast quantity: `{args.quantity}` (see `evaluation.calibration`)"
         )
     seconds = time.perf_counter() - started
     lcpfn = pd.read_csv(args.lcpfn) if args.lcpfn and args.lcpfn.is_file() else None

@@ -1,4 +1,4 @@
-"""What the benchmark scripts share: engine options, the results folder, markdown tables, provenance."""
+"""What the benchmark scripts share: the repository root on ``sys.path`` (for ``evaluation``), engine options, the results folder, markdown tables, provenance."""
 
 from __future__ import annotations
 
@@ -13,6 +13,10 @@ from pathlib import Path
 
 import pandas as pd
 
+#: The repository root: ``evaluation/`` (calibration, backtest, shapes, scoring; not in the wheel) lives there.
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.append(str(ROOT))  # every benchmark imports this module before evaluation
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -25,11 +29,11 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
 
 def add_fold_fit_args(parser: argparse.ArgumentParser) -> None:
     """``--cache`` and ``--scored``: where fold fits are kept, and which held-out runs are scored (calibration, backtest)."""
-    from bayes_grpo.calibration import SCORED_SETS
+    from evaluation.calibration import SCORED_SETS
 
     parser.add_argument(
         "--cache", type=Path,
-        help="folder of cached fold fits: a rerun with the same model code, runs and sampler settings skips the fits (shared by calibration.py and backtest_stopping.py)",
+        help="folder of cached fold fits: a rerun with the same bayes_grpo source and version, runs and sampler settings skips the fits (shared by calibration.py and backtest_stopping.py)",
     )  # fmt: skip
     parser.add_argument(
         "--model-config", type=json.loads, default=None, metavar="JSON",
@@ -43,7 +47,7 @@ def add_fold_fit_args(parser: argparse.ArgumentParser) -> None:
 
 def add_run_args(parser: argparse.ArgumentParser) -> None:
     """``--shared``, ``--no-bundled``, ``--max-runs``, ``--folds``, ``--seed``: which runs and how they are split."""
-    parser.add_argument("--shared", type=Path, help="folder with index.csv and runs/ (default: bayes_grpo.settings.shared_runs_dir())")
+    parser.add_argument("--shared", type=Path, help="folder with index.csv and runs/ (default: evaluation.settings.shared_runs_dir())")
     parser.add_argument("--no-bundled", action="store_true", help="leave out the runs bundled with the repository")
     parser.add_argument("--max-runs", type=int, help="only this many runs, one source at a time (smoke tests)")
     parser.add_argument("--folds", type=int, default=5, help="folds grouped by source (default 5)")

@@ -28,11 +28,11 @@ import numpy as np
 import pandas as pd
 from common import RESULTS, add_engine_args, add_run_args, fit_options, markdown, provenance
 
-from bayes_grpo.calibration import fit_fold, fold_health, load_evaluation_runs
 from bayes_grpo.curves import CURVE_FORMS
 from bayes_grpo.logs import RunLog
 from bayes_grpo.model import FittedModel
 from bayes_grpo.parallel import map_jobs
+from evaluation.calibration import fit_fold, fold_health, load_evaluation_runs
 
 
 def fit_form(form: str, runs: Sequence[RunLog], options: Mapping[str, Any], seed: int) -> FittedModel:

@@ -5,15 +5,15 @@ shared runs whose log holds per-function means of two or more reward functions, 
 correctness-type function (a name with ``correct``, ``accura``, ``answer`` or ``mc_idx``:
 the reward people train for) as a run of its own (``RunLog.with_metric``) and the summed
 reward of the same runs, at 20/30/50% of the planned steps, each on a scale learned from
-its log (no declared range), and scores both with ``bayes_grpo.calibration.evaluate_run``
+its log (no declared range), and scores both with ``evaluation.calibration.evaluate_run``
 (coverage, tails, quantile score, error / persistence, in units of each curve's own
 10-90% spread). Summaries are source-capped (each source counts as at most 3 runs,
-``bayes_grpo.calibration.summarise``).
+``evaluation.calibration.summarise``).
 
 Two modes:
 
 * ``--mode cv`` (default): cross-validation grouped by source, reusing
-  ``bayes_grpo.calibration.grouped_splits`` and ``cached_fit_fold`` (the calibration
+  ``evaluation.calibration.grouped_splits`` and ``cached_fit_fold`` (the calibration
   benchmark's folds, on every shared and bundled run); each fold's model forecasts its
   held-out runs. ``--draws N`` shortens the fold fits.
 * ``--mode shipped``: the shipped model, no refit. It was fitted on these runs' summed
@@ -38,11 +38,11 @@ from pathlib import Path
 import pandas as pd
 from common import RESULTS, add_run_args, fit_options, markdown, package_code, provenance
 
-from bayes_grpo import calibration
 from bayes_grpo.components import reward_functions
 from bayes_grpo.logs import RunLog
 from bayes_grpo.model import default_model
-from bayes_grpo.settings import EVALUATION_FRACTIONS
+from evaluation import calibration
+from evaluation.settings import EVALUATION_FRACTIONS
 
 #: A reward function whose name matches this is the correctness-type one: what the run trains for.
 CORRECTNESS = re.compile(r"correct|accura|answer|mc_idx", re.IGNORECASE)

@@ -4,7 +4,7 @@ The package's forecasts miss late take-offs at 20% observed and its stop rule sa
 about half of the 30% of steps the stopping benchmark targets; every signal tried inside
 the model left both where they were. This benchmark asks the question without the model:
 two plain learners, trained straight on the quantity each benchmark scores, on the training runs of the same folds
-(grouped by source, :func:`bayes_grpo.calibration.grouped_splits`), judged on the
+(grouped by source, :func:`evaluation.calibration.grouped_splits`), judged on the
 held-out real runs with the package's own scoring.
 
 * **Forecasts.** Linear quantile regression (pinball loss, solved exactly as a linear
@@ -12,12 +12,12 @@ held-out real runs with the package's own scoring.
   10-90% spread, ``(truth - persistence) / head spread``, on features of the head; one
   regression per observed fraction and quantile (0.05 ... 0.95, sorted so they never
   cross). The constant-only regression is the "calibrated but useless" forecaster
-  learned by source. Scored by :func:`bayes_grpo.calibration.score_cut`.
+  learned by source. Scored by :func:`evaluation.calibration.score_cut`.
 * **Stopping.** Logistic regression of "stopping now leaves regret above 0.05"
-  (:func:`bayes_grpo.measures.regret`, the stopping backtest's definition) on the same features plus
-  the observed fraction, at every check of :func:`bayes_grpo.backtest.check_indices`; the
+  (:func:`evaluation.scoring.regret`, the stopping backtest's definition) on the same features plus
+  the observed fraction, at every check of :func:`evaluation.backtest.check_indices`; the
   rule stops at the first check from 30% on whose predicted probability of a bad stop
-  is below a threshold. Scored by :func:`bayes_grpo.backtest.score`.
+  is below a threshold. Scored by :func:`evaluation.backtest.score`.
 
 Features, from the head only: the rise (mean of the last 10 points minus the mean of
 the first fifth), the projected gain (least-squares slope over the last 40% of the head
@@ -40,15 +40,16 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pandas as pd
 from scipy.optimize import linprog, minimize
+from common import RESULTS, add_run_args, markdown, provenance
 from scipy.special import expit
 
-from bayes_grpo import calibration, measures
-from bayes_grpo.backtest import ORACLE_REGRET, check_indices, score
+from bayes_grpo import measures
 from bayes_grpo.logs import RunLog
-from bayes_grpo.settings import EVALUATION_FRACTIONS, FORECAST_QUANTILES
+from bayes_grpo.settings import FORECAST_QUANTILES
 from bayes_grpo.stopping import MIN_STOP_FRACTION
-
-from common import RESULTS, add_run_args, markdown, provenance
+from evaluation import calibration, scoring
+from evaluation.backtest import ORACLE_REGRET, check_indices, score
+from evaluation.settings import EVALUATION_FRACTIONS
 
 #: Feature sets of the forecast regressions (empty: the constant only).
 FORECAST_FEATURES: dict[str, tuple[str, ...]] = {
@@ -76,7 +77,7 @@ def head_features(steps: np.ndarray, rewards: np.ndarray, total_steps: float) ->
     curve = measures.smoothed(steps, rewards, span=float(total_steps))
     return {
         "unit": unit,
-        "rise": (measures.persistence(rewards) - first) / unit,
+        "rise": (scoring.persistence(rewards) - first) / unit,
         "projected": float(np.clip(slope * (total_steps - steps[-1]) / unit, -10, 10)),
         "fall": (curve.max() - curve[-1]) / unit,
     }
@@ -120,7 +121,7 @@ def cut_table(runs: Sequence[RunLog]) -> pd.DataFrame:
             if head.last_step >= first_window_step or len(head) < 3:
                 continue
             feats = head_features(head.steps.astype(float), head.rewards, total)
-            change = (measures.final_reward(run.rewards) - measures.persistence(head.rewards)) / feats["unit"]
+            change = (measures.final_reward(run.rewards) - scoring.persistence(head.rewards)) / feats["unit"]
             rows.append({"run_id": run.run_id, "fraction": fraction, "change": change, **feats})
     return pd.DataFrame(rows)
 
@@ -137,7 +138,7 @@ def _quantile_predictor(coefficients: Sequence[np.ndarray], names: Sequence[str]
     def predict(head: RunLog, total: int, window: np.ndarray) -> tuple:
         feats = head_features(head.steps.astype(float), head.rewards, total)
         x = _design(pd.DataFrame([feats]), names)[0]
-        values = measures.persistence(head.rewards) + np.sort([x @ w for w in coefficients]) * feats["unit"]
+        values = scoring.persistence(head.rewards) + np.sort([x @ w for w in coefficients]) * feats["unit"]
         return float(values[2]), dict(zip(FORECAST_QUANTILES, values)), np.nan
 
     return predict
@@ -166,7 +167,7 @@ def check_table(runs: Sequence[RunLog]) -> pd.DataFrame:
         steps = run.steps.astype(float)
         for index, fraction in zip(*check_indices(run)):
             feats = head_features(steps[: index + 1], run.rewards[: index + 1], steps[-1])
-            bad = measures.regret(steps, run.rewards, steps[index]) > ORACLE_REGRET
+            bad = scoring.regret(steps, run.rewards, steps[index]) > ORACLE_REGRET
             rows.append({"run_id": run.run_id, "index": int(index), "fraction": fraction, "bad": bad, **feats})
     return pd.DataFrame(rows)
 

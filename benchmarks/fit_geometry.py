@@ -39,7 +39,7 @@ def fit_once(parameterisation: str, draws: int, chains: int, seed: int, gain_at:
     import numpy as np
 
     import bayes_grpo as bg
-    from bayes_grpo import calibration
+    from evaluation import calibration
 
     warnings.simplefilter("ignore")
     runs, sources = calibration.load_evaluation_runs(None, bundled=True)

@@ -30,10 +30,10 @@ How a GRPO run is fed to it (LC-PFN only knows increasing curves with y in
   of each epoch's predictive mean in reward units (the bar distribution's
   bucket centres mapped back, weighted by their probabilities).
 
-Every row is scored by :func:`bayes_grpo.calibration.score_cut`, the scoring
+Every row is scored by :func:`evaluation.calibration.score_cut`, the scoring
 of the package's own forecasts (the same cut, truth, baselines and
 :mod:`bayes_grpo.measures` scores), so
-:func:`bayes_grpo.calibration.summarise` turns them into the calibration table.
+:func:`evaluation.calibration.summarise` turns them into the calibration table.
 
     nice -n 15 python benchmarks/lcpfn_baseline.py train --minutes 18
     python benchmarks/lcpfn_baseline.py evaluate      # writes benchmarks/results/lcpfn.md and lcpfn_runs.csv
@@ -54,14 +54,17 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import common  # noqa: F401  (puts the repository root on sys.path, for evaluation)
 import numpy as np
 import pandas as pd
 import torch
 
-from bayes_grpo import calibration, measures
+from bayes_grpo import measures
 from bayes_grpo.errors import BayesGrpoError
 from bayes_grpo.logs import RunLog, load_runs
-from bayes_grpo.settings import EVALUATION_FRACTIONS, FORECAST_QUANTILES, shared_runs_dir
+from bayes_grpo.settings import FORECAST_QUANTILES
+from evaluation import calibration, scoring
+from evaluation.settings import EVALUATION_FRACTIONS, shared_runs_dir
 
 #: Where the small LC-PFN trained here is kept (outside the repository).
 DEFAULT_WEIGHTS = Path.home() / ".cache" / "bayes_grpo" / "lcpfn_small.pt"
@@ -442,7 +445,7 @@ def lcpfn_quantiles(
 
 
 def evaluate_run(run: RunLog, fraction: float, *, headroom: float = 1.0, weights: Path = DEFAULT_WEIGHTS) -> dict[str, Any] | None:
-    """Score LC-PFN on one run cut at ``fraction``: a row with the columns of :func:`bayes_grpo.calibration.evaluate_run`.
+    """Score LC-PFN on one run cut at ``fraction``: a row with the columns of :func:`evaluation.calibration.evaluate_run`.
 
     Parameters
     ----------
@@ -540,9 +543,9 @@ def prior_check(n_curves: int = 300, *, seed: int = 123, weights: Path = DEFAULT
             q = lcpfn_quantiles(x[:n], y[:n], SEQ_LEN, window_steps=x[90:], reward_range=(0.0, 1.0), weights=weights)
             rows.append({
                 "fraction": fraction,
-                "covered_90": measures.interval_outcome(truth, q[0.05], q[0.95]) == "inside",
-                "covered_50": measures.interval_outcome(truth, q[0.25], q[0.75]) == "inside",
-                "quantile_score": measures.quantile_score(truth, q, spread),
+                "covered_90": scoring.interval_outcome(truth, q[0.05], q[0.95]) == "inside",
+                "covered_50": scoring.interval_outcome(truth, q[0.25], q[0.75]) == "inside",
+                "quantile_score": scoring.quantile_score(truth, q, spread),
             })  # fmt: skip
     return pd.DataFrame(rows).groupby("fraction").mean().reset_index()
 
@@ -557,7 +560,7 @@ Each run is cut with `bayes_grpo.measures.cut` at 20/30/50% of its planned steps
 (`ceil(100 * step / total_steps)`, points in one epoch averaged); rewards are normalised with
 `lcpfn.utils.pfn_normalize` (no declared reward range in these runs, so infinite hard bounds and the soft range
 `[q05, q95 + headroom * (q95 - q05)]` of the binned head, headroom 1 unless the command says otherwise); quantiles at the epochs of the final window are mapped back and
-averaged over the window. Scores: `bayes_grpo.measures` / `bayes_grpo.calibration.summarise`, in units of each
+averaged over the window. Scores: `bayes_grpo.measures` / `evaluation.calibration.summarise`, in units of each
 run's 10-90% reward spread; error uses the forecast mean; truth = mean of the last 10% of logged steps.
 No fitting on the shared runs is involved (LC-PFN only sees its prior), so no cross-validation is needed.
 """

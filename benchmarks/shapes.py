@@ -1,13 +1,13 @@
 """Canonical-shapes benchmark: the forecast's and the stop rule's behaviour on synthetic runs with a known future.
 
-Each shape of ``bayes_grpo.shapes`` (straight and concave rises, late take-offs at 40% and 60%,
+Each shape of ``evaluation.shapes`` (straight and concave rises, late take-offs at 40% and 60%,
 a two-stage rise, an early plateau, a rise then a decline, a dip that recovers, a flat run,
 a staircase) is generated at 50, 250 and 2,000 steps, with Gaussian noise of 0.03 and 0.08
 on a 0-1 reward scale, three seeds each, and cut at 20, 30, 50 and 70% of its planned steps.
 Every head is forecast through the public API (``model.forecast``, ``model.stop_decision``)
 with the shipped model or the model file given by ``--model``, without a declared reward
 range (``--declared-range`` adds the same cells with ``reward_range=(0, 1)``), and scored by
-``bayes_grpo.calibration.evaluate_run``, the calibration benchmark's scorer (truth: mean
+``evaluation.calibration.evaluate_run``, the calibration benchmark's scorer (truth: mean
 logged reward over the final 10% of the steps). Cells run through
 ``bayes_grpo.parallel.map_jobs``.
 
@@ -32,9 +32,9 @@ from pathlib import Path
 import pandas as pd
 from common import RESULTS, markdown, package_code, provenance, verdict
 
-from bayes_grpo import shapes
 from bayes_grpo.model import DEFAULT_MODEL_PATH
 from bayes_grpo.parallel import map_jobs
+from evaluation import shapes
 
 #: Columns of the per-shape table.
 TABLE = ["shape", "fraction", "forecasts", "coverage_90", "above_q95", "below_q05", "coverage_50", "quantile_score",
@@ -126,11 +126,11 @@ def main() -> None:
         "# Canonical shapes: forecasts and stops on runs with a known future\n\n",
         provenance(seconds),
         f"\nModel: `{model or 'the shipped model (bayes_grpo/assets/default_model.nc)'}`; package code: {package_code()}. "
-        f"{len(grid)} cells: {len(set(c.shape for c in grid))} shapes (`bayes_grpo.shapes`) x lengths {', '.join(map(str, lengths))} "
+        f"{len(grid)} cells: {len(set(c.shape for c in grid))} shapes (`evaluation.shapes`) x lengths {', '.join(map(str, lengths))} "
         f"x noise {', '.join(f'{n:g}' for n in shapes.NOISES)} (Gaussian, 0-1 reward scale) x {seeds} seed(s)"
         f"{' x 2 reward scales' if len(settings) > 1 else ''}, each cut at {', '.join(f'{c:.0%}' for c in shapes.CUTS)} of its planned "
         f"steps: {len(scores)} forecasts and stop decisions through `model.forecast` and `model.stop_decision`, scored by "
-        "`bayes_grpo.calibration.evaluate_run` (truth: mean logged reward over the final 10% of the steps, noise included).\n\n",
+        "`evaluation.calibration.evaluate_run` (truth: mean logged reward over the final 10% of the steps, noise included).\n\n",
         "Shapes: " + "; ".join(f"`{s.name}` {s.description}" for s in shapes.SHAPES.values() if s.name in set(scores["shape"])) + ".\n\n",
         "Spec: the 90% interval holds the truth in at least 85% of the forecasts at 30% and 50% observed for the shapes whose "
         f"log already shows where they are going ({', '.join(shapes.SPEC_COVERED)}); the straight rise gets a plateau weight "

@@ -35,9 +35,10 @@ import numpy as np
 import pandas as pd
 from common import RESULTS, add_engine_args, add_fold_fit_args, add_run_args, fit_options, markdown, provenance
 
-from bayes_grpo import calibration, measures
+from bayes_grpo import measures
 from bayes_grpo.logs import RunLog
 from bayes_grpo.prepare import SIGNAL_POINTS, SIGNAL_PROGRESS
+from evaluation import calibration
 
 #: The model variants compared: label -> options of ``bayes_grpo.fit`` beyond ``--draws``.
 #: The model with the signal is the package default (no override), so its fold fits are the ones

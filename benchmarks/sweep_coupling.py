@@ -1,4 +1,4 @@
-"""How the forecasts of one sweep's runs miss together: the figures of ``bayes_grpo.sweeps.SWEEP_COUPLING``.
+"""How the forecasts of one sweep's runs miss together: the coupling stored in the shipped model file (``FittedModel.sweep_coupling``).
 
 Reads the held-out forecasts of ``benchmarks/calibration.py`` (``results/calibration_runs.csv``: every
 shared real run forecast at 20, 30 and 50% of its plan by the model of the source-grouped fold that
@@ -7,7 +7,8 @@ never saw its source) and turns each run's real final into a normal score in its
 continued linearly). Per share of the plan it measures, with each source counted as at most 3 runs
 (averaged over 50 random picks): the scores' mean (bias), SD, and the share of their variance shared
 by the runs of one source (one-way ANOVA intraclass correlation). Writes ``sweep_coupling.md`` and
-``sweep_coupling.csv``; ``tests/test_sweeps.py`` checks that the package's constants are these.
+``sweep_coupling.csv``; ``scripts/refit_default_model.py --coupling-from`` stores them with the fit, and
+``tests/test_sweeps.py`` checks that the shipped model holds these.
 ``calibration_runs.csv`` is not committed (it holds per-run figures of other people's runs): run
 ``benchmarks/calibration.py`` first to make it.
 
@@ -24,7 +25,8 @@ import numpy as np
 import pandas as pd
 from common import RESULTS, markdown, provenance
 
-from bayes_grpo.sweeps import COUPLING_LEVELS, SWEEP_COUPLING, ScoreMap, SweepCoupling
+import bayes_grpo as bg
+from bayes_grpo.sweeps import COUPLING_LEVELS, ScoreMap, SweepCoupling
 
 LEVELS = (0.05, 0.25, 0.5, 0.75, 0.95)
 QUANTILE_COLUMNS = ["q05", "q25", "q50", "q75", "q95"]
@@ -52,8 +54,9 @@ def main() -> None:
     table = table[["fraction", *quantile_columns, "correlation"]].join(counts, on="fraction")
     args.out.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.out / "sweep_coupling.csv", index=False)
-    shipped = SWEEP_COUPLING.fractions == coupling.fractions and np.allclose(
-        np.r_[np.ravel(SWEEP_COUPLING.score_quantiles), SWEEP_COUPLING.correlation], np.round(np.r_[np.ravel(coupling.score_quantiles), coupling.correlation], 2)
+    stored = bg.default_model().sweep_coupling
+    shipped = stored is not None and stored.fractions == coupling.fractions and np.allclose(
+        np.r_[np.ravel(stored.score_quantiles), stored.correlation], np.r_[np.ravel(coupling.score_quantiles), coupling.correlation]
     )
     text = (
         "# Sweep coupling: how one sweep's forecasts miss together\n\n"
@@ -66,8 +69,8 @@ def main() -> None:
         "runs of one source (intraclass correlation over the sources with two or more runs); each source counts as at "
         "most 3 runs (50 random picks averaged).\n\n"
         + markdown(table, digits=2)
-        + "\n\nThe package's `bayes_grpo.sweeps.SWEEP_COUPLING` holds these figures rounded to 2 decimals"
-        + (" (it does now)." if shipped else " (**it does not yet: update it**).")
+        + "\n\nThe shipped model file stores these figures with its fit (`FittedModel.sweep_coupling`)"
+        + (" (it does now)." if shipped else " (**it does not yet: store them with `scripts/refit_default_model.py --from-fit ... --coupling-from benchmarks/results/sweep_coupling.csv`**).")
         + " Joint draws of a sweep's finals use x_i = sqrt(rho) w + sqrt(1 - rho) e_i with one shared w per draw and "
         "z_i = G^-1(Phi(x_i)), G the distribution above: a difference between two runs of one sweep is forecast with the "
         "shared part cancelled, and the sweep's finished runs inform w.\n"

@@ -15,6 +15,8 @@ HERE = Path(__file__).resolve().parent
 SETUP = """import os
 import warnings
 
+# Before the imports: tqdm warns that Jupyter's widgets (ipywidgets) are missing; progress bars stay text.
+warnings.filterwarnings("ignore", message=".*IProgress not found.*")
 import arviz as az
 import matplotlib.pyplot as plt
 import numpy as np
@@ -26,7 +28,7 @@ from bayes_grpo.report import pick_runs
 
 QUICK = os.environ.get("BAYES_GRPO_QUICK", "0") == "1"  # CI: few runs, short sampler runs
 pd.set_option("display.precision", 3)
-warnings.filterwarnings("ignore", message=".*(idata_kwargs|BLAS|PatientPruner|removed in v6).*")  # library chatter"""
+warnings.filterwarnings("ignore", message=".*(idata_kwargs|BLAS|PatientPruner|removed in v6|invalid value encountered).*")  # library chatter"""
 
 FIT_POSTERIOR = [
     "# Fit the hierarchical reward-curve model\n\n"
@@ -37,23 +39,31 @@ FIT_POSTERIOR = [
     "NUTS, checks that the sampler converged, and reads the effects.",
     SETUP,
     "## The runs\n\nThe bundled runs live in `data/runs` (`bg.load_runs()` reads them; pass a folder to read your own). "
-    "Each has metadata: model family, size in billions of parameters, planned steps.",
+    "Each has metadata: model family, size (`params_b`, in billions of parameters), planned steps. The bundled runs "
+    "train tiny models on the CPU, tens to hundreds of thousands of parameters, so the table shows their sizes in "
+    "thousands of parameters.",
     """runs = bg.load_runs()
 overview = pd.DataFrame(
     [(r.run_id, r.family, r.params_b, len(r), r.total_steps) for r in runs],
     columns=["run", "family", "params_b", "steps", "total_steps"],
 )
-overview.groupby("family").agg(runs=("run", "count"), sizes=("params_b", lambda s: sorted(set(s))))""",
+overview.groupby("family").agg(
+    runs=("run", "count"), sizes_thousands=("params_b", lambda s: sorted({round(v * 1e6, 1) for v in s}))
+)""",
     """from bayes_grpo.report import data_figure
 
 data_figure(runs);""",
-    "## Fit\n\nIn quick mode the fit uses six runs and 150 draws per chain (about a minute); otherwise every run and "
-    "the default 2000 draws per chain. `bg.fit` picks nutpie when it is installed.",
-    """fit_runs = pick_runs(runs, 6) if QUICK else runs
-model = bg.fit(fit_runs, draws=150 if QUICK else None, tune=150 if QUICK else None, progressbar=not QUICK)
+    "## Fit\n\nIn quick mode (`BAYES_GRPO_QUICK=1`, as the documentation site builds it) the fit uses 12 of the runs, "
+    "four per family, with 2 chains of 2,000 draws after 1,000 tuning steps: about a minute on two CPU cores. "
+    "Otherwise it uses every run and the defaults (2 chains of 4,000 draws after 1,000 tuning steps). `bg.fit` picks "
+    "nutpie when it is installed, and warns when the fit has not converged.",
+    """fit_runs = pick_runs(runs, 12) if QUICK else runs
+model = bg.fit(fit_runs, draws=2000 if QUICK else None, tune=1000 if QUICK else None, progressbar=not QUICK)
 print(model.diagnostics)""",
-    "## Diagnostics\n\n`r_hat` close to 1 and a bulk ESS in the hundreds mean the chains agree and the draws are "
-    "informative; divergences point at a geometry the sampler could not explore. Quick-mode fits are rough.",
+    "## Diagnostics\n\n`r_hat` close to 1 (at most 1.01) and a bulk ESS in the hundreds (400 or more) mean the chains "
+    "agree and the draws are informative; divergences point at a geometry the sampler could not explore. The line "
+    "above gives the worst of them over the population and per-run parameters; the table gives them per population "
+    "parameter.",
     """population = ["gain_mu", "gain_sd", "gain_size", "gain_init", "tau_mu", "tau_sd", "tau_size", "tau_init", "beta_mu"]
 az.summary(model.idata, var_names=population, kind="diagnostics")""",
     """az.plot_rank(model.idata, var_names=["gain_size", "gain_init", "tau_size", "tau_init"], kind="vlines", figsize=(10, 4))
@@ -105,7 +115,9 @@ cut = int(full.steps[int(0.3 * (len(full) - 1))])
 fc = model.forecast(full.head(cut), total_steps=horizon(full))
 fc.plot(truth=full)
 plt.legend(fontsize=7);""",
-    "The `fc.final` attribute is the posterior of the mean reward at the last planned step: its mean, quantiles and intervals.",
+    "The `fc.final` attribute is the forecast of the run's final reward: the mean logged reward over the last 10% of "
+    "the planned steps (what `bayes_grpo.measures.final_reward` measures on the finished run), with its mean, "
+    "quantiles and intervals.",
     """final = fc.final
 pd.DataFrame(
     {"mean": [final.mean], "median": [final.quantile(0.5)], "50% interval": [final.interval(0.5)],
@@ -201,19 +213,20 @@ tiny = LlamaForCausalLM(LlamaConfig(
     num_key_value_heads=2, max_position_embeddings=64, pad_token_id=tokenizer.pad_token_id,
     bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
 ))
-output_dir = tempfile.mkdtemp()
+output_dir = "grpo_output"  # relative: the trainer runs in a scratch folder, and the paths printed below are relative to it
 callback = bg.PlateauStoppingCallback(model, check_every=5, min_fraction=0.25, verbose=False)
-trainer = GRPOTrainer(
-    model=tiny, reward_funcs=[peaked_reward], processing_class=tokenizer, callbacks=[callback],
-    train_dataset=Dataset.from_dict({"prompt": [f"what is {a} + {b} ?" for a in range(4) for b in range(4)]}),
-    args=GRPOConfig(
-        output_dir=output_dir, max_steps=30, per_device_train_batch_size=4, num_generations=4, max_completion_length=4,
-        learning_rate=1e-3, logging_steps=1, save_strategy="steps", save_steps=5, report_to="none", use_cpu=True,
-        bf16=False, seed=0, disable_tqdm=True,
-    ),
-)
-with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # the trainer's own chatter
-    trainer.train()
+with contextlib.chdir(tempfile.mkdtemp()):
+    trainer = GRPOTrainer(
+        model=tiny, reward_funcs=[peaked_reward], processing_class=tokenizer, callbacks=[callback],
+        train_dataset=Dataset.from_dict({"prompt": [f"what is {a} + {b} ?" for a in range(4) for b in range(4)]}),
+        args=GRPOConfig(
+            output_dir=output_dir, max_steps=30, per_device_train_batch_size=4, num_generations=4, max_completion_length=4,
+            learning_rate=1e-3, logging_steps=1, save_strategy="steps", save_steps=5, report_to="none", use_cpu=True,
+            bf16=False, seed=0, disable_tqdm=True,
+        ),
+    )
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # the trainer's own chatter
+        trainer.train()
 print("stopped at step", callback.stopped_at, "| best step", callback.decisions[-1].best_step, "| keep", callback.best_checkpoint)
 print(callback.stop_message())""",
     """logged = pd.DataFrame([e for e in trainer.state.log_history if "plateau/probability" in e])
@@ -225,7 +238,10 @@ logged[["step", "reward", "plateau/probability", "plateau/best_step", "forecast/
     "without a new best smoothed reward (like `EarlyStoppingCallback`), Optuna's `PatientPruner`, and the hindsight "
     "oracle, which knows the future. A negative regret means the reward fell after the stop. Here the shipped model replays runs it was fitted on (quick mode: three runs, a "
     "check every 5%); `benchmarks/backtest_stopping.py` replays every run with models fitted without the run's source.",
-    """from bayes_grpo import backtest
+    """import sys
+
+sys.path.append("..")  # the repository root: evaluation/ holds the backtest (benchmark code, not in the wheel)
+from evaluation import backtest
 
 sample = pick_runs(runs, 3 if QUICK else len(runs))
 traces = [
@@ -254,9 +270,13 @@ SWEEPS = [
     "50-step GSM8K recipe (learning rate, LoRA rank, group size, temperature, ...). Without them, the notebook uses the "
     "bundled runs of one toy task instead. The shipped model was fitted on these runs too, so this is an illustration; "
     "`benchmarks/backtest_sweeps.py` scores sweeps with models fitted without their source.",
-    """from bayes_grpo.calibration import shared_index
+    """import sys
+
 from bayes_grpo.measures import cut, smoothed
-from bayes_grpo.settings import shared_runs_dir
+
+sys.path.append("..")  # the repository root: evaluation/ finds the shared runs (benchmark code, not in the wheel)
+from evaluation.calibration import shared_index
+from evaluation.settings import shared_runs_dir
 
 shared = shared_runs_dir()
 if shared is not None and (shared / "runs" / "tonywang1990_qwen3-1.7b_gsm8k_baseline.csv").is_file():

@@ -2,7 +2,7 @@
 
 Fitted on the runs bundled in ``data/runs`` (tiny models trained by this
 project, on a declared reward range) together with the real public GRPO runs
-found through :func:`bayes_grpo.settings.shared_runs_dir` (``--shared``, else
+found through :func:`evaluation.settings.shared_runs_dir` (``--shared``, else
 ``$BAYES_GRPO_SHARED_RUNS``, else ``../shared/external_runs``). Only the
 population posterior is written (about 2 MB). The package's model and
 sampler defaults are used, its seed included (on these 200-odd runs: the "mixed" parameterisation with
@@ -16,6 +16,8 @@ people's data: the model records how many there were and the SHA-256 of their
     python scripts/refit_default_model.py --out /tmp/default_model.nc --replace-shipped   # also replace the shipped file
     python scripts/refit_default_model.py --from-fit /tmp/default_model.nc --layer-from benchmarks/results/calibration_runs.csv \\
         --out /tmp/default_model.nc --replace-shipped                                     # with its calibration layer
+    python scripts/refit_default_model.py --from-fit /tmp/default_model.nc --coupling-from benchmarks/results/sweep_coupling.csv \
+        --out /tmp/default_model.nc --replace-shipped                                     # with its sweep coupling
 
 The shipped file is replaced only with ``--replace-shipped``.
 """
@@ -30,11 +32,18 @@ import sys
 import warnings
 from pathlib import Path
 
+import pandas as pd
+
 import bayes_grpo as bg
 from bayes_grpo.model import DEFAULT_MODEL_PATH
 from bayes_grpo.population import MODEL_VERSION
 from bayes_grpo.recalibration import Recalibration
-from bayes_grpo.settings import bundled_runs_dir, shared_runs_dir
+from bayes_grpo.settings import bundled_runs_dir
+from bayes_grpo.sweeps import SweepCoupling
+
+# The repository root, for evaluation/ (the shared-runs locator and the calibration layer's learner; not in the wheel).
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+from evaluation.settings import shared_runs_dir  # noqa: E402
 
 
 def provenance(bundled: list[bg.RunLog], shared: Path | None, external: list[bg.RunLog], fitted: set[str], argv: list[str]) -> dict:
@@ -58,7 +67,7 @@ def calibration_layer(scores_csv: Path, model: bg.FittedModel) -> "Recalibration
     """The calibration layer learned from a calibration benchmark's held-out forecasts of this model version."""
     import pandas as pd
 
-    from bayes_grpo.calibration import learn_layer
+    from evaluation.calibration import learn_layer
 
     scores = pd.read_csv(scores_csv)
     if "yardstick" not in scores or set(scores.get("model_version", pd.Series(["?"])).astype(str)) != {MODEL_VERSION}:
@@ -80,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         help="held-out forecasts (benchmarks/results/calibration_runs.csv, written by benchmarks/calibration.py with this model "
         "version) to learn the calibration layer from; it is stored in the model file",
     )  # fmt: skip
+    parser.add_argument(
+        "--coupling-from", type=Path, default=None, metavar="CSV",
+        help="the sweep coupling measured on this fit's held-out forecasts (benchmarks/results/sweep_coupling.csv, written by "
+        "benchmarks/sweep_coupling.py); it is stored in the model file for rank and the Optuna pruner",
+    )  # fmt: skip
     args = parser.parse_args(argv)
 
     bundled = list(bg.load_runs(bundled_runs_dir()))
@@ -98,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.layer_from is not None:
         model.recalibration = calibration_layer(args.layer_from, model)
         print(f"calibration layer from {args.layer_from}: offsets {model.recalibration.offsets}")
+    if args.coupling_from is not None:
+        model.sweep_coupling = SweepCoupling.from_table(pd.read_csv(args.coupling_from))
+        print(f"sweep coupling from {args.coupling_from}: correlation {model.sweep_coupling.correlation}")
     written = model.save(args.out, full=False)
     print(f"wrote {written} ({len(bundled)} bundled + {len(external)} shared runs)")
     if args.replace_shipped:

@@ -8,6 +8,8 @@ at forecast time (both derived from :mod:`bayes_grpo.population`) agree.
 from __future__ import annotations
 
 import ast
+import importlib.util
+import re
 from pathlib import Path
 
 import numpy as np
@@ -129,6 +131,65 @@ def test_data_flows_one_way():
         assert "bayes_grpo.model" not in graph[module], module
     for module in ("bayes_grpo.population", "bayes_grpo.prepare", "bayes_grpo.curves", "bayes_grpo.config"):
         assert not graph[module] & {"bayes_grpo.forecast", "bayes_grpo.stopping"}, module
+
+
+#: What moved out of the package into the repository's ``evaluation/`` (not in the wheel).
+EVALUATION_MODULES = ("bayes_grpo.calibration", "bayes_grpo.backtest", "bayes_grpo.shapes")
+#: Ways of reaching a sibling ``shared`` folder from a file's location: ``../shared``, ``parents[2] / "shared"``,
+#: ``joinpath("shared", ...)``, ``os.path.join(..., "shared")``.
+SHARED_FOLDER = re.compile(r"""\.\.[/\\]+shared|/\s*["']shared["']|joinpath\([^)]*["']shared["']|path\.join\([^)]*["']shared["']""")
+
+
+def _package_files() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def test_the_package_never_imports_the_evaluation_code():
+    importers = []
+    for file in _package_files():
+        source = file.read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            if any(name == "evaluation" or name.startswith("evaluation.") for name in names):
+                importers.append(f"{file.relative_to(PACKAGE)}:{node.lineno}")
+        if re.search(r"""import_module\(\s*["']evaluation""", source):
+            importers.append(str(file.relative_to(PACKAGE)))
+    assert importers == []
+
+
+def test_the_package_never_looks_for_the_shared_runs_folder():
+    # The shared real runs sit beside a source checkout; only evaluation/ (and the scripts, tests and
+    # benchmarks that use it) may look there. The package takes such a folder only as an argument.
+    found = [
+        f"{file.relative_to(PACKAGE)}:{number}: {line.strip()}"
+        for file in _package_files()
+        for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1)
+        if SHARED_FOLDER.search(line)
+    ]
+    assert found == []
+    assert SHARED_FOLDER.search('_REPO = Path(__file__).resolve().parents[2] / "shared" / "external_runs"')  # the checker finds it
+    assert SHARED_FOLDER.search("runs in ``../shared/external_runs``")
+
+
+@pytest.mark.parametrize("module", EVALUATION_MODULES)
+def test_the_evaluation_modules_are_not_in_the_package(module):
+    assert importlib.util.find_spec(module) is None
+    assert importlib.util.find_spec(module.replace("bayes_grpo.", "evaluation.")) is not None
+    assert not (PACKAGE / f"{module.rpartition('.')[2]}.py").exists()
+
+
+def test_the_package_keeps_only_the_measures_it_uses():
+    import bayes_grpo.measures as measures
+    import bayes_grpo.settings as settings
+
+    moved = ("persistence", "best_step", "regret", "pinball_loss", "quantile_score", "interval_outcome", "change_after_cut", "hardest_third")
+    assert not [name for name in moved if hasattr(measures, name)]
+    assert not [name for name in ("shared_runs_dir", "SHARED_RUNS_ENV", "EVALUATION_FRACTIONS") if hasattr(settings, name)]
 
 
 def _runs() -> list[bg.RunLog]:

@@ -7,11 +7,11 @@ import pandas as pd
 import pytest
 
 import bayes_grpo as bg
-from bayes_grpo import backtest, calibration, measures
-from bayes_grpo.calibration import load_evaluation_runs
 from bayes_grpo.errors import BayesGrpoError
-from bayes_grpo.settings import shared_runs_dir
-from bayes_grpo.stopping import StopEvidence
+from bayes_grpo.stopping import FixedFractionRule, PatienceRule, StopEvidence, StopRule
+from evaluation import backtest, calibration, scoring
+from evaluation.calibration import load_evaluation_runs
+from evaluation.settings import shared_runs_dir
 
 
 def _run(rewards: np.ndarray, steps: np.ndarray | None = None, run_id: str = "synthetic") -> bg.RunLog:
@@ -38,7 +38,7 @@ def test_score_uses_the_measures_regret_and_saved_share() -> None:
     assert backtest.score(run, None) == {"stop_step": 100, "saved": 0.0, "regret": 0.0, "dip_stop": False}
     early = backtest.score(run, 19)
     assert early["stop_step"] == 20 and early["saved"] == pytest.approx(0.8)
-    assert early["regret"] == pytest.approx(measures.regret(run.steps, run.rewards, 20)) and early["regret"] > 0.5
+    assert early["regret"] == pytest.approx(scoring.regret(run.steps, run.rewards, 20)) and early["regret"] > 0.5
     assert abs(backtest.score(run, 89)["regret"]) < 0.01
 
 
@@ -60,27 +60,35 @@ def _trace(run: bg.RunLog, default: np.ndarray | None = None) -> backtest.RunTra
     return backtest.RunTrace(run, "a/b", indices, fractions, default.astype(float), default, (0.9,), default[None], np.full(indices.size, np.nan))
 
 
+def _rule_decisions(run: bg.RunLog, rule: StopRule) -> np.ndarray:
+    """A rule object's decision at each check of ``run``, from the shipped model's forecast there (as ``trace`` asks it)."""
+    model = bg.default_model()
+    run = run.with_meta(total_steps=run.last_step)
+    indices, _ = backtest.check_indices(run)
+    return np.array([rule.decide(model.forecast(run.head(int(run.steps[i])), n_draws=100, seed=0)).should_stop for i in indices])
+
+
 def test_baselines_fixed_patience_optuna_and_oracle() -> None:
     run = _run(RISE_THEN_FLAT + 0.01 * np.cos(np.arange(100)))
     tr = _trace(run)
-    fixed = backtest.fixed_fraction(0.4)(tr)
+    fixed = _rule_decisions(run, FixedFractionRule(0.4))
     assert tr.fractions[np.argmax(fixed)] == pytest.approx(0.4) and fixed.sum() == np.sum(tr.fractions >= 0.4 - 1e-9)
-    rising = _trace(_run(np.linspace(0.0, 1.0, 100)))
-    assert not backtest.patience_rule(5)(rising).any() and not backtest.optuna_patient_rule(5)(rising).any()
-    peaked = _trace(_run(np.r_[np.linspace(0.0, 1.0, 40), np.linspace(1.0, 0.6, 60)]))
-    for rule in (backtest.patience_rule(5), backtest.optuna_patient_rule(5)):
-        decisions = rule(peaked)
+    rising_run = _run(np.linspace(0.0, 1.0, 100))
+    assert not _rule_decisions(rising_run, PatienceRule(0.1)).any() and not backtest.optuna_patient_rule(5)(_trace(rising_run)).any()
+    peaked_run = _run(np.r_[np.linspace(0.0, 1.0, 40), np.linspace(1.0, 0.6, 60)])
+    peaked = _trace(peaked_run)
+    for decisions in (_rule_decisions(peaked_run, PatienceRule(0.1)), backtest.optuna_patient_rule(5)(peaked)):
         assert decisions.any() and peaked.fractions[np.argmax(decisions)] > 0.4  # only after the peak
     oracle = backtest.oracle_rule()(tr)
     first = int(tr.indices[np.argmax(oracle)])
-    assert measures.regret(run.steps, run.rewards, int(run.steps[first])) <= backtest.ORACLE_REGRET
-    assert all(measures.regret(run.steps, run.rewards, int(run.steps[i])) > backtest.ORACLE_REGRET for i in tr.indices[: np.argmax(oracle)])
+    assert scoring.regret(run.steps, run.rewards, int(run.steps[first])) <= backtest.ORACLE_REGRET
+    assert all(scoring.regret(run.steps, run.rewards, int(run.steps[i])) > backtest.ORACLE_REGRET for i in tr.indices[: np.argmax(oracle)])
 
 
 def test_paper_epoch_baseline_uses_the_declared_epoch_else_the_planned_run() -> None:
     run = _run(RISE_THEN_FLAT)  # no steps_per_epoch: the run is taken as one epoch
     tr = _trace(run)
-    assert np.array_equal(backtest.epoch_fraction(0.8)(tr), backtest.fixed_fraction(0.8)(tr))
+    assert np.array_equal(backtest.epoch_fraction(0.8)(tr), tr.fractions >= 0.8 - 1e-9)
     declared = _trace(run.with_meta(steps_per_epoch=50))  # two epochs logged: stop at 40 of 100 steps
     stops = backtest.epoch_fraction(0.8)(declared)
     assert declared.fractions[np.argmax(stops)] == pytest.approx(0.4) and stops.sum() == np.sum(declared.fractions >= 0.4 - 1e-9)
@@ -94,7 +102,8 @@ def test_results_count_stops_regret_and_flips() -> None:
     flicker = np.zeros(tr.indices.size, bool)
     flicker[[5, 7, 8]] = True  # stop, continue, stop, stop, continue...
     tr = _trace(run, flicker)
-    results = backtest.evaluate([tr], baselines={"fixed 80%": backtest.fixed_fraction(0.8)})
+    tr.rule_decisions = {"fixed 80%": tr.fractions >= 0.8 - 1e-9}  # what FixedFractionRule(0.8) says at these checks
+    results = backtest.evaluate([tr], baselines={})
     bayes = results[results["rule"] == backtest.DEFAULT_RULE].iloc[0]
     assert bayes["stop_step"] == run.steps[tr.indices[5]] and bayes["flip_back"]
     assert bayes["flip_rate"] == pytest.approx(4 / (tr.indices.size - 1))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -9,9 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import bayes_grpo as bg
-from bayes_grpo import calibration, measures
+from bayes_grpo import measures
 from bayes_grpo.errors import BayesGrpoError
-from bayes_grpo.settings import FORECAST_QUANTILES, GENERATOR_SOURCE, shared_runs_dir
+from bayes_grpo.settings import FORECAST_QUANTILES, GENERATOR_SOURCE
+from evaluation import calibration, scoring
+from evaluation.settings import shared_runs_dir
 
 
 @settings(max_examples=200, deadline=None)
@@ -143,11 +148,11 @@ def test_scores_of_a_real_forecast_follow_the_definitions(quick_model, few_runs)
     assert quantiles == sorted(quantiles)
     assert row["error"] == pytest.approx(abs(row["q50"] - truth) / spread)  # the median is the point forecast
     assert row["mean_error"] == pytest.approx(abs(row["forecast_mean"] - truth) / spread)
-    assert row["persistence_error"] == pytest.approx(abs(measures.persistence(head.rewards) - truth) / spread)
+    assert row["persistence_error"] == pytest.approx(abs(scoring.persistence(head.rewards) - truth) / spread)
     assert row["covered_90"] == (row["q05"] <= truth <= row["q95"])
     assert row["covered_90"] + row["above_q95"] + row["below_q05"] == 1
     assert row["width_90"] == pytest.approx((row["q95"] - row["q05"]) / spread)
-    expected = measures.quantile_score(truth, dict(zip((0.05, 0.25, 0.5, 0.75, 0.95), quantiles)), spread)
+    expected = scoring.quantile_score(truth, dict(zip((0.05, 0.25, 0.5, 0.75, 0.95), quantiles)), spread)
     assert row["quantile_score"] == pytest.approx(expected)
     assert row == calibration.evaluate_run(quick_model, run, 0.3, seed=1)  # seeded
     # Both quantities come from the same forecast: its window reward on the real window, and its final window.
@@ -208,13 +213,26 @@ def test_fold_cache_key_follows_runs_settings_and_seed_not_run_order() -> None:
     assert key != calibration.fold_cache_key([a, _run(RISE_THEN_FLAT[::-1] + 0.01, run_id="other")], {}, 0)
 
 
-def test_code_fingerprint_ignores_docstrings_comments_and_layout_not_code() -> None:
-    code = 'def f(x):\n    """Doc."""\n    return x + 1  # one\n'
-    documented = '"""A module."""\n\n\ndef f(x):\n    """Another doc, longer."""\n\n    return x+1\n'
-    changed = 'def f(x):\n    """Doc."""\n    return x + 2\n'
-    assert calibration.code_fingerprint(code) == calibration.code_fingerprint(documented)
-    assert calibration.code_fingerprint(code) != calibration.code_fingerprint(changed)
-    assert calibration.code_fingerprint("class C:\n    'Doc.'\n") == calibration.code_fingerprint("class C:\n    pass\n")
+def test_fold_cache_key_follows_every_file_of_the_package_source(tmp_path, monkeypatch) -> None:
+    package = Path(bg.__file__).resolve().parent
+    copy = tmp_path / "bayes_grpo"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__", "assets"))
+    train = [_run(RISE_THEN_FLAT)]
+    key = calibration.fold_cache_key(train, {}, 0, package_dir=copy)
+    assert key == calibration.fold_cache_key(train, {}, 0, package_dir=copy) and len(key) == 64  # same inputs, same key
+    assert key == calibration.fold_cache_key(train, {}, 0)  # the default is the installed package: same source, same key
+    (copy / "notes.txt").write_text("not code", encoding="utf-8")  # only the *.py files count
+    assert calibration.fold_cache_key(train, {}, 0, package_dir=copy) == key
+    # A new helper in any module, even one a fit never calls, names a new entry: no hand-kept list of fit code.
+    watching = copy / "watching.py"
+    watching.write_text(watching.read_text(encoding="utf-8") + "\n\ndef _new_helper():\n    return 1\n", encoding="utf-8")
+    edited = calibration.fold_cache_key(train, {}, 0, package_dir=copy)
+    assert edited != key
+    (copy / "logs" / "new_format.py").write_text("X = 1\n", encoding="utf-8")  # a new module in a subpackage too
+    with_module = calibration.fold_cache_key(train, {}, 0, package_dir=copy)
+    assert with_module != edited
+    monkeypatch.setattr(bg, "__version__", "0.0.0+test")  # and the package version
+    assert calibration.fold_cache_key(train, {}, 0, package_dir=copy) != with_module
 
 
 def test_a_cached_fold_fit_is_read_back_instead_of_refitted(tmp_path, request) -> None:

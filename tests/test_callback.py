@@ -334,7 +334,7 @@ def test_a_failing_plot_warns_once_and_training_goes_on(tmp_path: Path, monkeypa
     def broken_fan_chart(*args: object, **kwargs: object) -> None:
         raise RuntimeError("drawing exploded")
 
-    monkeypatch.setattr(bayes_grpo.watching, "fan_chart", broken_fan_chart)
+    monkeypatch.setattr(bayes_grpo.plotting, "fan_chart", broken_fan_chart)
     callback = PlateauStoppingCallback(bg.default_model(), check_every=1, min_fraction=0.0, verbose=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -369,3 +369,19 @@ def test_a_best_checkpoint_deleted_by_save_total_limit_is_reported(tmp_path: Pat
     assert callback.nearest_kept_checkpoint == tmp_path / f"checkpoint-{nearest}"
     message = callback.stop_message()
     assert f"checkpoint-{best // 2 * 2}" in message and "was deleted" in message and str(callback.nearest_kept_checkpoint) in message
+
+
+def test_the_planned_last_step_is_always_checked(tmp_path: Path) -> None:
+    """A 40-step run checked every 10 steps from step 5 (5, 15, 25, 35) is checked at step 40 too, and not stopped there."""
+    callback = PlateauStoppingCallback(bg.default_model(), check_every=10, min_fraction=0.125, verbose=False, plots=False)
+    state = TrainerState(global_step=0, max_steps=MAX_STEPS)
+    args = _config(tmp_path, MAX_STEPS)
+    for step in range(1, MAX_STEPS + 1):
+        state.global_step = step
+        logs = {"reward": 0.2 + 0.5 * (1 - np.exp(-step / 8)), "loss": 0.1}
+        state.log_history.append({**logs, "step": step})
+        control = TrainerControl()
+        callback.on_log(args, state, control, logs=logs)
+        assert not control.should_training_stop or step < MAX_STEPS
+    checked = [entry["step"] for entry in state.log_history if PROBABILITY_KEY in entry]
+    assert checked == [5, 15, 25, 35, 40] and len(callback.decisions) == 5

@@ -46,7 +46,7 @@ def test_inspect_accepts_a_reward_range(capsys):
     ("args", "message"),
     [
         (["inspect", "does-not-exist.csv"], "no such file"),
-        (["inspect", str(FIXTURES / "trl_tiny"), "--total-steps", "3"], "--total-steps 3 is smaller than the last logged step 6"),
+        (["inspect", str(FIXTURES / "trl_tiny"), "--total-steps", "3"], "--total-steps 3 is before the last logged step 6"),
         (["inspect", str(FIXTURES / "make_trl_fixture.py")], "unsupported file type"),
     ],
 )
@@ -106,7 +106,7 @@ def test_a_log_without_total_steps_asks_for_the_flag(tmp_path, capsys):
     log = _csv(tmp_path / "run.csv", [(s, 0.1 * s) for s in range(1, 11)], total_steps=None)
     assert main(["forecast", str(log)]) == 2
     err = capsys.readouterr().err
-    assert "pass --total-steps N" in err and "total_steps=" not in err
+    assert "pass --total-steps" in err and "total_steps=" not in err
 
 
 def test_a_one_row_log_without_a_range_is_an_error_not_a_forecast(tmp_path, capsys):
@@ -207,6 +207,17 @@ def test_usage_errors_exit_2(capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("bayes-grpo inspect: error: ")
     assert "inspect" in COMMANDS
+
+
+@pytest.mark.parametrize("command", [[]] + [[name] for name in COMMANDS if name != "generate"])
+def test_help_shows_percent_signs_as_written(command, capsys):
+    """argparse %-formats help= strings but not a description: neither may show a doubled '%%'."""
+    with pytest.raises(SystemExit) as info:
+        main([*command, "--help"])
+    out = capsys.readouterr().out
+    assert info.value.code == 0 and "%%" not in out
+    if command in (["watch"], ["demo"]):
+        assert "90% interval" in out or "30% of their steps" in out
 
 
 def _results_folder(folder: Path) -> tuple[Path, bytes]:

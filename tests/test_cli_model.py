@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
+
+import bayes_grpo as bg
 
 from bayes_grpo.cli import EXIT_BROKEN_PIPE, _demo_table, main
 
@@ -140,16 +144,40 @@ def test_report_command_writes_html(model_file, run_files, tmp_path, capsys):
     assert out.stat().st_size > 50_000 and "skipped in quick mode" in out.read_text()
 
 
-def test_demo_table_is_reproducible_and_shows_savings_only_for_stops(quick_model, few_runs):
+def test_demo_table_is_reproducible_and_shows_savings_and_hindsight_of_the_rules_stop(quick_model, few_runs):
     runs = list(few_runs)[:4]
     tables = [_demo_table(quick_model, runs, fraction, seed=7) for fraction in (0.3, 0.95)]
     assert tables == [_demo_table(quick_model, runs, fraction, seed=7) for fraction in (0.3, 0.95)]
-    rows = [line.split() for table in tables for line in table.splitlines()[2:]]
-    assert rows
-    for row in rows:
-        saved, decision = row[-6], row[-5]  # ... compute saved, decision, forecast, [lo, hi], actual
-        assert decision in ("stop", "continue")
-        assert (saved == "-") == (decision == "continue") and (saved.endswith("%") or saved == "-")
+    for table in tables:
+        lines = table.splitlines()
+        header = lines[1]
+        for column in ("decision", "stops at", "compute saved", "hindsight"):
+            assert column in header
+        rows = lines[2 : 2 + len(runs)]
+        assert lines[2 + len(runs)].startswith("compute saved: share of the planned steps")
+        ends = {name: header.index(name) + len(name) for name in ("final actual", "stops at", "compute saved", "hindsight")}
+        for line in rows:  # string columns are right-aligned: each value ends where its header does
+            stops_at = line[ends["final actual"] : ends["stops at"]].strip()
+            saved = line[ends["stops at"] : ends["compute saved"]].strip()
+            verdict = line[ends["compute saved"] : ends["hindsight"]].strip()
+            assert (stops_at == "-") == (saved == "0%") == (verdict == "no stop")
+            if stops_at != "-":
+                total = int(line.split()[2])
+                assert saved == f"{(total - int(stops_at)) / total:.0%}"
+                assert re.fullmatch(r"(right|too early) \(regret -?\d+\.\d\d\)", verdict)
+
+
+def test_demo_checks_the_rule_until_it_stops_and_judges_the_stop_by_the_backtest_regret():
+    from bayes_grpo.cli.demo import BAD_STOP_REGRET, _check_steps, _hindsight
+
+    steps = np.arange(1, 101)
+    flat = bg.read_log(pd.DataFrame({"step": steps, "reward": np.full(100, 0.5) + 0.001 * (steps % 2)}), run_id="flat", total_steps=100)
+    rising = bg.read_log(pd.DataFrame({"step": steps, "reward": steps / 100.0}), run_id="rising", total_steps=100)
+    assert _check_steps(flat, 0.3) == [30, 40, 50, 60, 70, 80, 90]
+    assert _check_steps(flat, 0.95) == [95]
+    assert _hindsight(flat, 30).startswith("right (regret ")
+    assert _hindsight(rising, 30).startswith("too early (regret ")
+    assert float(_hindsight(rising, 30).split()[-1].rstrip(")")) > BAD_STOP_REGRET
 
 
 def test_demo_end_to_end_quick(run_files, tmp_path, capsys):

@@ -38,6 +38,7 @@ from pathlib import Path
 import pytest
 
 import bayes_grpo as bg
+from evaluation.settings import SHARED_RUNS_ENV, shared_runs_dir
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", REPO / "docs" / "getting-started.md", *sorted((REPO / "docs" / "guide").glob("*.md"))]
@@ -99,6 +100,9 @@ def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (checkpoint / "trainer_state.json").write_text(json.dumps(state, indent=1), encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("BAYES_GRPO_QUICK", "1")
+    shared = shared_runs_dir()  # the examples read the shared runs from the folder this variable names
+    if shared is not None:
+        monkeypatch.setenv(SHARED_RUNS_ENV, str(shared))
     monkeypatch.setenv("MPLBACKEND", "Agg")
     return tmp_path
 

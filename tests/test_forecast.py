@@ -23,20 +23,13 @@ from scipy.stats import multivariate_normal, multivariate_t
 import bayes_grpo as bg
 from bayes_grpo import measures
 from bayes_grpo.config import ModelConfig
-from bayes_grpo.forecast import (
-    MIN_ESS_WARN,
-    PARETO_K_MAX,
-    PRIOR_COMPONENTS,
-    REGIMES,
-    Conditioning,
-    _low_rank_normal_logpdf,
-    _mvt_mixture_logpdf,
-    _thinned,
-    condition,
-)
+from bayes_grpo.forecast import MIN_ESS_WARN, PARETO_K_MAX, PRIOR_COMPONENTS, REGIMES, Conditioning, condition
+from bayes_grpo.forecast.conditioning import _mvt_mixture_logpdf, _thinned
+from bayes_grpo.forecast.trend import _low_rank_normal_logpdf
 from bayes_grpo.population import logsumexp_rows
 from bayes_grpo.prepare import prepare_run
-from bayes_grpo.settings import SMOOTHING_BANDWIDTH, shared_runs_dir
+from bayes_grpo.settings import SMOOTHING_BANDWIDTH
+from evaluation.settings import shared_runs_dir
 
 PROPOSALS = {"prior", "laplace", "mcmc"}
 
@@ -183,7 +176,7 @@ def _sharp_curved_run() -> bg.RunLog:
 
 def test_a_sharp_curved_posterior_falls_back_to_the_mcmc_proposal(monkeypatch) -> None:
     # On the population's prior alone (no wide component, which takes most of this too-clean run's weight).
-    monkeypatch.setattr("bayes_grpo.forecast.WIDE_SHARE", 0.0)
+    monkeypatch.setattr("bayes_grpo.forecast.conditioning.WIDE_SHARE", 0.0)
     model = bg.default_model()
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)

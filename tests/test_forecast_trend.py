@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 import bayes_grpo as bg
-from bayes_grpo import measures, shapes
+from bayes_grpo import measures
 from bayes_grpo.forecast import OUTSIDE_POPULATION_WARN, RobustPrior, linear_trend, trend_paths
 from bayes_grpo.population import PARAMS, RunPrior
 from bayes_grpo.prepare import prepare_run
+from evaluation import shapes
 
 
 @pytest.fixture(scope="module")

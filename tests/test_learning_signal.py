@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import bayes_grpo as bg
-from bayes_grpo import measures, shapes
+from bayes_grpo import measures
 from bayes_grpo.population import MODEL_VERSION, covariates
 from bayes_grpo.prepare import LONG_PLAN_FACTOR, SIGNAL_CLIP, frozen_after_start, learning_signal, prepare_run, training_horizon
+from evaluation import shapes
 
 
 def _run(rewards: np.ndarray, spreads: np.ndarray | None, total: int = 200, zero_share: np.ndarray | None = None) -> bg.RunLog:
@@ -199,7 +200,7 @@ def test_shapes_log_grpo_signals_that_follow_the_rise_ahead():
     assert std[0] == pytest.approx(shapes.GROUP_SPREAD * shapes.IDLE_SHARE)  # nothing better ahead: idle groups only
     run = shapes.make_run("flat_no_signal", 100, 0.03, 0)
     after = run.steps / 100 >= shapes.NO_SIGNAL_FROM
-    assert np.all(run.reward_std[after] == 0) and np.all(run.table["frac_reward_zero_std"].to_numpy()[after] == 1)
+    assert np.all(run.signal("reward_std")[after] == 0) and np.all(run.table["frac_reward_zero_std"].to_numpy()[after] == 1)
 
 
 def test_a_model_file_of_another_major_version_says_to_refit(tmp_path):

@@ -24,6 +24,18 @@ def trl_reference() -> tuple[list[int], list[float]]:
     return [e["step"] for e in entries], [e["reward"] for e in entries]
 
 
+
+def test_the_old_reward_std_accessor_warns_and_agrees_with_signal(tmp_path):
+    run = bg.read_log(TRL / "trainer_state.json")
+    with pytest.warns(DeprecationWarning, match='run.signal\\("reward_std"\\)'):
+        old = run.reward_std
+    np.testing.assert_array_equal(old, run.signal("reward_std"))
+    (tmp_path / "plain.csv").write_text("step,reward\n1,0.1\n2,0.2\n3,0.3\n")
+    without = bg.read_log(tmp_path / "plain.csv")
+    assert np.isnan(without.signal("reward_std")).all()
+    with pytest.warns(DeprecationWarning):
+        assert without.reward_std is None
+
 def test_trl_trainer_state_json():
     run = bg.read_log(TRL / "trainer_state.json")
     steps, rewards = trl_reference()
@@ -32,7 +44,7 @@ def test_trl_trainer_state_json():
     np.testing.assert_allclose(run.rewards, rewards)
     assert run.total_steps == 6 and run.last_step == 6
     assert run.meta.steps_per_epoch == 16  # epoch 0.375 at step 6
-    assert run.reward_std is not None and len(run.reward_std) == 6
+    assert np.isfinite(run.signal("reward_std")).all() and len(run.signal("reward_std")) == 6
     # TRL 1.16 writes per-function rewards as rewards/<name>/mean and /std: the canonical names
     assert {"rewards/digit_reward/mean", "rewards/digit_reward/std", "rewards/length_reward/mean", "kl" if "kl" in run.table else "entropy"} <= set(run.table)
     assert run.table["reward"].dtype == np.float64

@@ -119,7 +119,7 @@ def test_non_integer_or_missing_steps(tmp_path):
 
 def test_total_steps_smaller_than_last_step(tmp_path):
     path = write_csv(tmp_path, pd.DataFrame({"step": [1, 2, 10], "reward": [0.1, 0.2, 0.3]}))
-    with pytest.raises(bg.LogError, match=r"run\.csv: total_steps=5 is smaller than the last logged step 10"):
+    with pytest.raises(bg.LogError, match=r"run\.csv: total_steps=5 is before the last logged step 10"):
         bg.read_log(path, total_steps=5)
 
 

@@ -19,7 +19,7 @@ from bayes_grpo.errors import ModelError
 from bayes_grpo.model import DEFAULT_MODEL_PATH, FORMAT_ATTR, FORMAT_VERSION, NON_CENTRED_TARGET_ACCEPT, target_accept
 from bayes_grpo.population import MIXED_MIN_RUNS, MODEL_VERSION, OFFSETS, SHEARED_GAIN, build_model, resolve_parameterisation
 from bayes_grpo.prepare import LONG_PLAN_FACTOR, prepare_run
-from bayes_grpo.settings import shared_runs_dir
+from evaluation.settings import shared_runs_dir
 
 SHARED = shared_runs_dir()
 TRUE_TAU = {"qwen": 0.15, "llama": 0.35}

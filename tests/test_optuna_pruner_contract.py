@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import bayes_grpo as bg
 from bayes_grpo.integrations.optuna import ForecastPruner
 from bayes_grpo.measures import final_reward
-from bayes_grpo.sweeps import FORECAST_ALONE, SWEEP_COUPLING
+from bayes_grpo.sweeps import FORECAST_ALONE
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 TOTAL = 100
@@ -85,7 +85,7 @@ def test_a_complete_trial_sets_the_bar_with_its_measured_final_whatever_its_last
 @pytest.mark.parametrize("coupled", [True, False])
 def test_complete_trials_counted_from_step_0_inform_the_sweep(model: bg.FittedModel, storage: str | None, coupled: bool) -> None:
     """Two finished late risers (steps 0..99) ended above their forecasts from 30%: as one sweep, a third one is not pruned there."""
-    coupling = SWEEP_COUPLING if coupled else FORECAST_ALONE
+    coupling = None if coupled else FORECAST_ALONE
     pruner = ForecastPruner(model, total_steps=TOTAL, min_fraction=0.3, check_interval=0.1, coupling=coupling, patience=1)
     study = optuna.create_study(storage=storage, direction="maximize", pruner=pruner)
     for seed in (0, 1):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from bayes_grpo.settings import shared_runs_dir
+from evaluation.settings import shared_runs_dir
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_ONLY = ("torch", "trl", "transformers", "datasets", "accelerate")
@@ -81,6 +81,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(REPO / "bayes_grpo", source / "bayes_grpo", ignore=ignore)
     shutil.copytree(REPO / "data", source / "data", ignore=ignore)
+    shutil.copytree(REPO / "evaluation", source / "evaluation", ignore=ignore)  # beside the package, as in a checkout: left out
     out = tmp_path_factory.mktemp("dist")
     result = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(source)],
@@ -98,7 +99,9 @@ def test_wheel_carries_the_model_the_runs_and_every_subpackage(wheel: Path) -> N
     assert bundled and all(f"bayes_grpo_data/runs/{name}" in names for name in bundled)
     packages = [p.parent.relative_to(REPO).as_posix() for p in (REPO / "bayes_grpo").rglob("__init__.py") if "__pycache__" not in p.parts]
     assert all(f"{package}/__init__.py" in names for package in packages)
-    assert not any(n.startswith(("tests/", "benchmarks/", "notebooks/")) for n in names)
+    assert not any(n.startswith(("tests/", "benchmarks/", "notebooks/", "evaluation/")) for n in names)
+    # The evaluation code (calibration, backtest, shapes, scoring, the fit cache) stays in the repository's evaluation/.
+    assert not [n for n in names if n.rpartition("/")[2] in ("calibration.py", "backtest.py", "shapes.py", "scoring.py")]
 
 
 def test_installed_wheel_works_outside_the_repository(wheel: Path, tmp_path: Path) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from bayes_grpo.calibration import cross_validate, load_evaluation_runs
 from bayes_grpo.errors import BayesGrpoError
 from bayes_grpo.parallel import map_jobs
-from bayes_grpo.settings import shared_runs_dir
+from evaluation.calibration import cross_validate, load_evaluation_runs
+from evaluation.settings import shared_runs_dir
 
 
 def _square_unless_three(x: int) -> int:

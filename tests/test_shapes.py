@@ -1,4 +1,4 @@
-"""The canonical shapes (:mod:`bayes_grpo.shapes`): generators with the intended properties, and the suite's bookkeeping."""
+"""The canonical shapes (:mod:`evaluation.shapes`): generators with the intended properties, and the suite's bookkeeping."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bayes_grpo import measures, shapes
+from bayes_grpo import measures
+from evaluation import shapes
 
 PROGRESS = np.linspace(0.0, 1.0, 2001)
 

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bayes_grpo import backtest, calibration, measures
+from bayes_grpo import measures
 from bayes_grpo.errors import BayesGrpoError
+from evaluation import backtest, calibration
 
 SWEEP, SINGLES = 17, 3
 

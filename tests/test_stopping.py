@@ -16,7 +16,6 @@ from bayes_grpo import measures
 from bayes_grpo.errors import ModelError
 from bayes_grpo.forecast import Forecast
 from bayes_grpo.prepare import prepare_run
-from bayes_grpo.settings import shared_runs_dir
 from bayes_grpo.stopping import (
     MIN_STOP_FRACTION,
     RISE_WINDOW,
@@ -32,6 +31,7 @@ from bayes_grpo.stopping import (
     stop_reason,
     threshold_stop,
 )
+from evaluation.settings import shared_runs_dir
 
 
 def _run(rewards: np.ndarray, reward_range: tuple[float, float] | None = None, total: int = 100) -> bg.RunLog:

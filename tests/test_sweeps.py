@@ -16,7 +16,7 @@ from bayes_grpo.cli import main
 from bayes_grpo.errors import BayesGrpoError, ModelError
 from bayes_grpo.integrations.optuna import ForecastPruner
 from bayes_grpo.measures import final_reward
-from bayes_grpo.sweeps import FORECAST_ALONE, MAX_SCORE, SWEEP_COUPLING, Ranking, ScoreMap, SweepCoupling, rank, sweep_bounds
+from bayes_grpo.sweeps import FORECAST_ALONE, MAX_SCORE, Ranking, ScoreMap, SweepCoupling, model_coupling, rank, sweep_bounds
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 TOTAL = 300  # every bundled run plans 300 steps
@@ -109,7 +109,7 @@ def test_a_sweeps_runs_are_drawn_together_so_their_difference_is_narrower(model:
     """The shared effect makes two runs' finals correlate, so their difference spreads less than independent draws' would."""
     heads = [runs[i].head(90) for i in range(2)]
     coupled = rank(model, heads, total_steps=TOTAL, joint_draws=20_000).finals
-    rho = SWEEP_COUPLING.rho(90 / TOTAL)
+    rho = bg.default_model().sweep_coupling.rho(90 / TOTAL)
     assert np.corrcoef(coupled.T)[0, 1] > 0.5 * rho
     shuffled = np.column_stack([coupled[:, 0], np.random.default_rng(0).permutation(coupled[:, 1])])
     assert np.std(coupled[:, 0] - coupled[:, 1]) < 0.9 * np.std(shuffled[:, 0] - shuffled[:, 1])
@@ -156,8 +156,8 @@ def test_sweep_coupling_is_checked_and_measured_from_scores() -> None:
         (lambda runs: [runs[0]], None, "at least two, got 1"),
         (lambda runs: [runs[0].head(50), runs[0].head(60)], None, "distinct run ids"),
         (lambda runs: [runs[0], runs[1].with_meta(total_steps=400)], None, "plan different lengths"),
-        (lambda runs: [runs[0], runs[1]], 200, "beyond total_steps=200: .* pass their planned length"),
-        (lambda runs: [runs[0], runs[1]], 0, "total_steps must be a whole number of at least 1"),
+        (lambda runs: [runs[0], runs[1]], 200, "total_steps=200 is before the last logged step"),
+        (lambda runs: [runs[0], runs[1]], 0, "total_steps must be a whole number >= 1"),
         (lambda runs: [runs[0], "not a run"], None, "needs RunLog objects"),
     ],
 )
@@ -360,7 +360,7 @@ def test_a_study_the_pruner_cannot_serve_is_refused(model: bg.FittedModel) -> No
         ({"threshold": 0}, "threshold must be a number between 0 and 1"),
         ({"min_fraction": 1.0}, "min_fraction must be a number in"),
         ({"check_interval": 0}, "check_interval must be a number in"),
-        ({"total_steps": 0}, "total_steps in the pruner's arguments must be a whole number >= 1"),
+        ({"total_steps": 0}, "the pruner's arguments: total_steps must be a whole number >= 1"),
         ({"params_b": -1}, "params_b in the pruner's arguments must be a positive number"),
         ({"n_draws": 10}, "n_draws must be a whole number >= 100"),
         ({"model": "shipped"}, "model must be a FittedModel"),
@@ -376,7 +376,7 @@ def test_an_invalid_user_attribute_is_named(model: bg.FittedModel) -> None:
     trial = study.ask()
     trial.set_user_attr("total_steps", "many")
     trial.report(0.1, 1)
-    with pytest.raises(BayesGrpoError, match="total_steps in trial 0's user attributes must be a whole number"):
+    with pytest.raises(BayesGrpoError, match="trial 0's user attributes: total_steps must be a whole number"):
         trial.should_prune()
 
 
@@ -400,7 +400,7 @@ def _late_riser(seed: int, total: int = 100) -> np.ndarray:
 @pytest.mark.parametrize("coupled", [True, False])
 def test_finished_trials_that_beat_their_forecasts_make_the_pruner_wait(model: bg.FittedModel, coupled: bool) -> None:
     """Two finished late risers ended above their forecasts from 30%: as one sweep, a third one is not pruned there."""
-    coupling = SWEEP_COUPLING if coupled else FORECAST_ALONE
+    coupling = None if coupled else FORECAST_ALONE
     pruner = ForecastPruner(model, total_steps=100, min_fraction=0.3, check_interval=0.1, coupling=coupling, patience=1)
     study = optuna.create_study(direction="maximize", pruner=pruner)
     finished = [_late_riser(seed) for seed in (0, 1)]
@@ -430,9 +430,26 @@ def test_optuna_is_an_optional_extra_with_a_clear_message_when_missing(monkeypat
 
 
 def test_the_shipped_sweep_coupling_is_the_measured_one() -> None:
-    """SWEEP_COUPLING holds benchmarks/results/sweep_coupling.csv's figures (benchmarks/sweep_coupling.py), rounded to 2 decimals."""
+    """The shipped model file stores benchmarks/results/sweep_coupling.csv's figures (benchmarks/sweep_coupling.py) with its fit."""
     table = pd.read_csv(Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "sweep_coupling.csv")
-    assert SWEEP_COUPLING.fractions == tuple(table["fraction"])
-    quantiles = table[[c for c in table.columns if c.startswith("z_q")]].to_numpy()
-    np.testing.assert_allclose(SWEEP_COUPLING.score_quantiles, quantiles.round(2), atol=1e-9)
-    np.testing.assert_allclose(SWEEP_COUPLING.correlation, table["correlation"].round(2), atol=1e-9)
+    stored = bg.default_model().sweep_coupling
+    assert stored == SweepCoupling.from_table(table)
+    assert stored.fractions == tuple(table["fraction"])
+    np.testing.assert_allclose(stored.correlation, table["correlation"], atol=1e-12)
+
+
+def test_the_coupling_lives_with_its_fit(tmp_path: Path) -> None:
+    """Saved with the fit id it was measured for; a fit without one ranks on its forecasts alone; another fit's is refused."""
+    shipped = bg.default_model()
+    path = shipped.save(tmp_path / "model.nc")
+    assert bg.load_model(path).sweep_coupling == shipped.sweep_coupling
+    alone = bg.load_model(path)
+    alone.sweep_coupling = None
+    assert model_coupling(alone) is FORECAST_ALONE and model_coupling(shipped) is shipped.sweep_coupling
+    text = shipped.sweep_coupling.to_json("another-fit")
+    import h5netcdf
+
+    with h5netcdf.File(path, "a") as handle:
+        handle.attrs["sweep_coupling"] = text
+    with pytest.raises(bg.ModelError, match="sweep coupling was measured for fit another-fit"):
+        bg.load_model(path)

@@ -223,3 +223,47 @@ def test_watch_waits_for_an_output_folder_that_has_no_checkpoint_yet(tmp_path: P
     assert update.run.last_step == 6 and update.finished
     waiting = [str(w.message) for w in caught if "waiting for" in str(w.message)]
     assert len(waiting) == 1 and "trainer_state.json" in waiting[0]
+
+
+def test_watch_once_leaves_out_a_half_written_last_line_but_reads_a_finished_log_without_its_line_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--once`` on a log caught mid-write (``...\\n200,-0.``) reads the steps before it, as following does."""
+    rows = _rows(200)[["step", "reward"]]
+    path = tmp_path / "run.csv"
+    path.write_text("step,reward\n" + "".join(f"{int(r.step)},{float(r.reward)!r}\n" for r in rows.head(199).itertuples()) + "200,-0.")
+    update = next(bg.watch(path, total_steps=400, once=True))
+    assert update.run.last_step == 199 and update.run.rewards[-1] == pytest.approx(rows.reward.iloc[198])
+    assert main(["watch", str(path), "--once", "--total-steps", "400"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "199 of 400 steps" in out and "200 of 400 steps" not in out
+    finished = next(bg.watch(path, total_steps=200, once=True))  # step 200 is the planned end: the log is complete
+    assert finished.run.last_step == 200 and finished.finished
+
+
+def test_the_watch_panel_fits_an_80_by_24_terminal() -> None:
+    """A typical TRL log (eleven GRPO signals), a long footer: the panel leaves a line for the prompt."""
+    from rich.console import Console
+
+    update = next(bg.watch(FIXTURES / "trl_tiny", reward_range=(-2, 1), once=True))
+    assert len(update.signals) >= 10
+    console = Console(record=True, width=80, height=24)
+    console.print(panel(update, poll=5, plot=Path("runs/watch/fan_chart.png")))
+    text = console.export_text()
+    assert len(text.splitlines()) <= 23
+    assert "reward std within a step" in text and "reward length_reward" in text and "fan chart in" in text
+
+
+def test_watch_plot_files_get_the_permissions_of_any_new_file(tmp_path: Path) -> None:
+    """The fan chart is written through a temporary file (mode 0600); the file itself honours the umask."""
+    import os
+
+    path = tmp_path / "run.csv"
+    _rows(60).to_csv(path, index=False)
+    plot = tmp_path / "fan.png"
+    previous = os.umask(0o022)
+    try:
+        assert main(["watch", str(path), "--once", "--total-steps", "120", "--plot", str(plot)]) == 0
+    finally:
+        os.umask(previous)
+    assert plot.stat().st_mode & 0o777 == 0o644

@@ -2,11 +2,12 @@
 
 ``python -m bayes_grpo.experiments.card --runs data/runs --figure data/curves.png`` prints the
 card's tables as Markdown: the shape statistics of the bundled runs beside the shared real
-runs (when ``../shared/external_runs`` or ``BAYES_GRPO_SHARED_RUNS`` is there), runs per
-family x size cell, seed-to-seed spread per grid setting and speed; and draws all curves.
+runs (when ``--shared`` names their CSVs' folder, or ``BAYES_GRPO_SHARED_RUNS`` the folder that
+holds ``runs/``), runs per family x size cell, seed-to-seed spread per grid setting and speed;
+and draws all curves. The package never looks for the shared runs on its own.
 
-The shape statistics use the reference definitions of ``shared/tools/curve_shapes.py``
-(re-implemented here so the card works without ``../shared``). Per run, with S the
+The shape statistics use the reference definitions of ``tools/curve_shapes.py`` in the shared
+data folder (re-implemented here so the card works without it). Per run, with S the
 Gaussian-kernel smoother of the reward (bandwidth 8% of the steps, ``measures.smoothed``):
 
 * ``rise``: (S at end - S at start) / noise, noise = 1.4826 MAD(first differences) / sqrt(2);
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -27,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from bayes_grpo.measures import smoothed
-from bayes_grpo.settings import SMOOTHING_BANDWIDTH, shared_runs_dir
+from bayes_grpo.settings import SMOOTHING_BANDWIDTH
 
 MIN_POINTS = 30  # runs with fewer logged rewards are left out, as in the shared tool
 DECLINE_CUT = 0.2
@@ -298,14 +300,23 @@ def _seed_spread_lines(title: str, spread: pd.DataFrame) -> list[str]:
     return lines + ["", f"Median SD across seeds: initial {spread.initial_sd.median():.3f}, final {spread.final_sd.median():.3f}."]
 
 
+def _shared_runs_from_env() -> Path | None:
+    """``runs/`` in the folder ``BAYES_GRPO_SHARED_RUNS`` names, or None when it is unset or has no ``runs/``."""
+    folder = os.environ.get("BAYES_GRPO_SHARED_RUNS")
+    return Path(folder) / "runs" if folder and (Path(folder) / "runs").is_dir() else None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the card's tables as Markdown and write the figure; returns 0."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", default="data/runs")
     ap.add_argument("--figure", default="data/curves.png", help="PNG to write ('' for none)")
-    ap.add_argument("--shared", default=None, help="folder of the shared real runs' CSVs (default: shared_runs_dir()/runs)")
+    ap.add_argument(
+        "--shared", default=None,
+        help="folder of the shared real runs' CSVs (default: runs/ in the folder BAYES_GRPO_SHARED_RUNS names; none when unset)",
+    )  # fmt: skip
     opts = ap.parse_args(argv)
-    shared = Path(opts.shared) if opts.shared else (shared_runs_dir() / "runs" if shared_runs_dir() else None)
+    shared = Path(opts.shared) if opts.shared else _shared_runs_from_env()
     print(card_markdown(Path(opts.runs), shared))
     if opts.figure:
         figure(load(Path(opts.runs)), Path(opts.figure))

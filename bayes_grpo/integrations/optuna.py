@@ -19,8 +19,8 @@ that set the **bar**:
 
 The probability is read from **joint draws** of the trials' finals, made as
 :func:`bayes_grpo.rank` makes them (:mod:`bayes_grpo.sweeps`): **the study is one
-sweep**, and its trials' forecasts miss together. With ``coupling`` (default
-:data:`bayes_grpo.sweeps.SWEEP_COUPLING`, measured on real runs) every forecast trial's
+sweep**, and its trials' forecasts miss together. With ``coupling`` (default the
+model's own, measured on real runs and stored in its file: :func:`bayes_grpo.sweeps.model_coupling`) every forecast trial's
 final is drawn through the distribution of real finals' normal scores at its share of
 the plan (heavy upper tail: late take-offs) with one shared sweep effect per joint
 draw, so the difference between two forecast trials has that shared part cancelled.
@@ -58,8 +58,9 @@ import pandas as pd
 
 from bayes_grpo.errors import BayesGrpoError
 from bayes_grpo.logs import normalise_family, read_log
+from bayes_grpo.logs.plan import planned_length
 from bayes_grpo.measures import final_reward
-from bayes_grpo.sweeps import JOINT_DRAWS, SWEEP_COUPLING, ScoreMap, SweepCoupling, sweep_bounds
+from bayes_grpo.sweeps import JOINT_DRAWS, ScoreMap, SweepCoupling, model_coupling, sweep_bounds
 
 try:
     from optuna.pruners import BasePruner
@@ -122,9 +123,9 @@ class ForecastPruner(BasePruner):
         The defaults (from 30%, patience 2, checks every 2%) were chosen among the variants replayed on the
         shared real sweeps (``benchmarks/results/backtest_sweeps.md``) as the one that kept the best run
         most often; patience 1 pruned the best run in a fifth of the replays.
-    coupling : SweepCoupling
-        How the study's forecasts miss together (module docstring); default
-        :data:`bayes_grpo.sweeps.SWEEP_COUPLING`, :data:`bayes_grpo.sweeps.FORECAST_ALONE` trusts each forecast alone.
+    coupling : SweepCoupling, optional
+        How the study's forecasts miss together (module docstring); default the model's own
+        (:func:`bayes_grpo.sweeps.model_coupling`), :data:`bayes_grpo.sweeps.FORECAST_ALONE` trusts each forecast alone.
 
     Raises
     ------
@@ -149,7 +150,7 @@ class ForecastPruner(BasePruner):
         params_b: float | None = None,
         n_draws: int = 500,
         seed: int = 0,
-        coupling: SweepCoupling = SWEEP_COUPLING,
+        coupling: SweepCoupling | None = None,
         patience: int = 2,
     ) -> None:
         _require(model is None or callable(getattr(model, "forecast", None)), f"model must be a FittedModel (or None for the shipped one), got {model!r}")
@@ -165,7 +166,7 @@ class ForecastPruner(BasePruner):
         self.defaults = _run_description({"total_steps": total_steps, "family": family, "params_b": params_b}, "the pruner's arguments")
         self.n_draws = int(n_draws)
         self.seed = int(seed)
-        _require(isinstance(coupling, SweepCoupling), f"coupling must be a SweepCoupling (bayes_grpo.sweeps.SWEEP_COUPLING or FORECAST_ALONE), got {coupling!r}")
+        _require(coupling is None or isinstance(coupling, SweepCoupling), f"coupling must be a SweepCoupling (e.g. bayes_grpo.sweeps.FORECAST_ALONE) or None for the model's own, got {coupling!r}")
         _require(isinstance(patience, numbers.Integral) and not isinstance(patience, bool) and patience >= 1, f"patience must be a whole number >= 1, got {patience!r}")
         self.coupling = coupling
         self.patience = int(patience)
@@ -237,7 +238,8 @@ class ForecastPruner(BasePruner):
         fraction = float(steps[-1]) / total
         scores = self._sweep_scores(others, int(steps[-1] // self._interval(total)), sign)
         bounds = sweep_bounds([values, *(_series(other, sign)[1] for other in others)])
-        finals, _ = self.coupling.joint_finals(fraction, forecast, JOINT_DRAWS, rng, scores, bounds)
+        coupling = self.coupling if self.coupling is not None else model_coupling(self.model)
+        finals, _ = coupling.joint_finals(fraction, forecast, JOINT_DRAWS, rng, scores, bounds)
         best_other = finals[:, 1:].max(axis=1) if finals.shape[1] > 1 else np.full(JOINT_DRAWS, -np.inf)
         if measured:
             best_other = np.maximum(best_other, max(measured))
@@ -402,8 +404,7 @@ def _run_description(values: dict[str, Any], where: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     total, family, params_b = values.get("total_steps"), values.get("family"), values.get("params_b")
     if total is not None:
-        _require(isinstance(total, numbers.Integral) and not isinstance(total, bool) and total >= 1, f"total_steps in {where} must be a whole number >= 1, got {total!r}")
-        out["total_steps"] = int(total)
+        out["total_steps"] = planned_length(total, name=where)
     if family is not None:
         _require(isinstance(family, str) and family.strip() != "", f"family in {where} must be a model family name such as 'qwen', got {family!r}")
         out["family"] = normalise_family(family)

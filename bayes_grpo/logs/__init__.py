@@ -5,8 +5,9 @@ Everything downstream (model, forecast, stopping rule) works on a
 :class:`RunSet` of them. :func:`read_log` accepts TRL ``trainer_state.json``
 files and output directories, CSV/TSV/JSONL metric exports (W&B API and
 web-UI chart exports too), DataFrames, console logs and notebooks holding
-TRL's printed log dicts or the progress table Unsloth/TRL notebooks print.
-Bad input raises :class:`~bayes_grpo.errors.LogError` naming the file, the
+TRL's printed log dicts or the progress table Unsloth/TRL notebooks print,
+verl/OpenRLHF/NeMo-RL console logs (verl's JSONL too), and TensorBoard event
+files or folders of them. Bad input raises :class:`~bayes_grpo.errors.LogError` naming the file, the
 field and the fix; repairs (dropped NaN rewards, re-sorted steps, a cut last
 JSONL line, steps logged twice after a resume) are announced with a
 :class:`LogWarning`, never done silently.
@@ -14,7 +15,9 @@ JSONL line, steps logged twice after a resume) are announced with a
 One module per format family: :mod:`~bayes_grpo.logs.trl` (``trainer_state.json``,
 output folders), :mod:`~bayes_grpo.logs.tables` (CSV/TSV/JSONL),
 :mod:`~bayes_grpo.logs.console` (console logs), :mod:`~bayes_grpo.logs.notebooks`
-(``.ipynb``); :mod:`~bayes_grpo.logs.types` holds the run types,
+(``.ipynb``), :mod:`~bayes_grpo.logs.trainers` (verl, OpenRLHF and NeMo-RL console logs),
+:mod:`~bayes_grpo.logs.tensorboard` (TensorBoard event files and folders);
+:mod:`~bayes_grpo.logs.types` holds the run types,
 :mod:`~bayes_grpo.logs.validate` the checks and repairs,
 :mod:`~bayes_grpo.logs.families` family/size inference from model names. To
 add a format, write its reader in one of those (or a new module) and add its
@@ -36,7 +39,18 @@ from bayes_grpo.logs.families import infer_model, normalise_family
 from bayes_grpo.logs.files import read_sidecar, read_text
 from bayes_grpo.logs.notebooks import read_notebook
 from bayes_grpo.logs.tables import read_csv_runs, read_jsonl, split_run_id
-from bayes_grpo.logs.trl import is_trl_output_dir, newest_trainer_state, read_json, run_id_for
+from bayes_grpo.logs.tensorboard import (
+    is_event_file,
+    read_tensorboard,
+    tensorboard_runs,
+)
+from bayes_grpo.logs.trainers import parse_trainer_console
+from bayes_grpo.logs.trl import (
+    is_trl_output_dir,
+    newest_trainer_state,
+    read_json,
+    run_id_for,
+)
 from bayes_grpo.logs.types import GRPO_SIGNALS, LogWarning, RunLog, RunMetadata, RunSet
 from bayes_grpo.logs.validate import build_run
 from bayes_grpo.settings import bundled_runs_dir
@@ -53,7 +67,8 @@ _Raw = list[tuple[str | None, pd.DataFrame, dict]]
 
 
 def _console(path: Path, encoding: str | None) -> tuple[pd.DataFrame, dict]:
-    return parse_console(read_text(path, encoding), path)
+    text = read_text(path, encoding)
+    return parse_trainer_console(text, path) or parse_console(text, path)
 
 
 def _one(reader: Callable[[Path, str | None], tuple[pd.DataFrame, dict]]) -> Callable[[Path, str | None], _Raw]:
@@ -98,9 +113,11 @@ def read_log(
     ----------
     source : str, os.PathLike or pandas.DataFrame
         A TRL ``trainer_state.json``, a TRL/transformers output directory, a
-        CSV/TSV/JSONL of per-step metrics (a one-run W&B web-UI export
-        included), a DataFrame, or a console log / notebook (``.txt``,
-        ``.log``, ``.ipynb``) holding TRL's printed log dicts or progress table.
+        CSV/TSV/JSONL of per-step metrics (a one-run W&B web-UI export and verl's
+        file logger included), a DataFrame, a console log / notebook (``.txt``,
+        ``.log``, ``.ipynb``) holding TRL's printed log dicts or progress table or
+        verl's, OpenRLHF's or NeMo-RL's per-step output, or a TensorBoard event
+        file or folder of one run (a folder of several runs is an error that lists them).
     family, params_b, total_steps, reward_range : optional
         Model family, size in billions of parameters, planned steps, (min, max) reward.
     run_id : str, optional
@@ -145,6 +162,12 @@ def read_log(
         return build_run(source.copy(), {}, given, run_id, "run", "DataFrame", **target)
     path = Path(source)
     raws = _read_raw(path, encoding)
+    if len(raws) > 1 and path.is_dir():
+        names = ", ".join(repr(n) for n, _, _ in raws[:5]) + (", ..." if len(raws) > 5 else "")
+        raise LogError(
+            f"{path}: the folder holds {len(raws)} TensorBoard runs ({names}); give one run's folder, or read "
+            "them all with bayes_grpo.load_runs(path) or bayes_grpo.logs.read_runs(path), one RunLog per run"
+        )
     if len(raws) > 1:
         names = ", ".join(repr(n) for n, _, _ in raws[:5]) + (", ..." if len(raws) > 5 else "")
         raise LogError(
@@ -230,7 +253,8 @@ def load_runs(
     ----------
     path : str, os.PathLike, iterable of those, or None
         A folder (every log directly inside it: files ending in
-        :data:`LOG_SUFFIXES` and TRL output folders), one file, or a list of
+        :data:`LOG_SUFFIXES` and TRL output folders; a folder with none of
+        those but TensorBoard event files in or below it gives its runs), one file, or a list of
         paths. None reads the runs bundled with the package
         (:func:`bayes_grpo.settings.bundled_runs_dir`), or the folder named by
         the ``BAYES_GRPO_DATA`` environment variable when it is set.
@@ -267,6 +291,8 @@ def load_runs(
         if not p.exists():
             raise LogError(f"{p}: no such file or folder; check the path")
         paths = _log_files(p) if p.is_dir() and not is_trl_output_dir(p) else [p]
+        if not paths and p.is_dir() and tensorboard_runs(p):
+            paths = [p]  # a folder of TensorBoard runs: one RunLog per run
     else:
         paths = [Path(p) for p in path]
     if not paths:
@@ -291,11 +317,13 @@ def _log_files(folder: Path) -> list[Path]:
 
 
 def _default_run_id(path: Path) -> str:
-    """File stem; for ``trainer_state.json`` the enclosing run folder's name."""
+    """File stem; for ``trainer_state.json`` the enclosing run folder's name, for an event file its folder's."""
     if path.is_dir():
         return path.resolve().name
     if path.name == "trainer_state.json":
         return run_id_for(path)
+    if is_event_file(path):
+        return path.resolve().parent.name
     return path.stem
 
 
@@ -304,7 +332,11 @@ def _read_raw(path: Path, encoding: str | None) -> _Raw:
     if not path.exists():
         raise LogError(f"{path}: no such file or folder; check the path")
     if path.is_dir():
+        if not is_trl_output_dir(path) and tensorboard_runs(path):
+            return read_tensorboard(path)
         return _read_raw(newest_trainer_state(path), encoding)
+    if is_event_file(path):
+        return read_tensorboard(path)
     suffix = path.suffix.lower()
     if suffix not in _READERS:
         raise LogError(

@@ -162,6 +162,8 @@ def split_run_id(frame: pd.DataFrame) -> list[tuple[str | None, pd.DataFrame]]:
 def read_jsonl(path: Path, encoding: str | None = None) -> tuple[pd.DataFrame, dict]:
     """One JSON object of metrics per line; a last line cut mid-write is dropped with a :class:`LogWarning`.
 
+    verl's file logger nests each step's metrics, ``{"step": N, "data": {...}}``: those are unnested.
+
     A line that is not JSON anywhere else is an error: only the last line can
     have been cut by a crash or a copy taken while training was still writing.
     A multi-byte character cut at the very end of the file counts as part of
@@ -213,5 +215,8 @@ def read_jsonl(path: Path, encoding: str | None = None) -> tuple[pd.DataFrame, d
             raise LogError(f"{path}: line {number} is not JSON ({exc.msg}); fix or delete that line") from exc
         if not isinstance(record, dict):
             raise LogError(f"{path}: line {number} is not a JSON object of metrics; each line must be {{...}}")
+        if record.keys() == {"step", "data"} and isinstance(record["data"], dict):
+            # verl's file logger (verl/utils/tracking.py, FileLogger): {"step": N, "data": {metric: value, ...}}
+            record = {**record["data"], "step": record["step"]}
         records.append(record)
     return pd.DataFrame.from_records(records), {}

@@ -70,7 +70,7 @@ def newest_trainer_state(path: Path) -> Path:
         return path / "trainer_state.json"
     raise LogError(
         f"{path}: folder has no trainer_state.json nor checkpoint-N/trainer_state.json; "
-        "pass the log file itself or a TRL output folder"
+        "pass the log file itself, a TRL output folder or a folder of TensorBoard event files"
     )
 
 

@@ -16,6 +16,7 @@ import xarray as xr
 
 from bayes_grpo.errors import LogError
 from bayes_grpo.logs.families import infer_model, normalise_family
+from bayes_grpo.logs.plan import planned_length
 from bayes_grpo.logs.names import normalise_column
 
 __all__ = ["GRPO_SIGNALS", "LogWarning", "RunLog", "RunMetadata", "RunSet", "params_in_billions"]
@@ -218,10 +219,14 @@ class RunLog:
 
     @property
     def reward_std(self) -> np.ndarray | None:
-        """Within-step reward standard deviation, or None when not logged."""
-        if "reward_std" not in self.table:
-            return None
-        return self.table["reward_std"].to_numpy(dtype=np.float64)
+        """Deprecated: use ``run.signal("reward_std")`` (NaN where not logged), the one accessor of GRPO's signals.
+
+        Still returns the within-step reward standard deviation, or None when the log has none; it
+        will be removed in the next version.
+        """
+        warnings.warn('RunLog.reward_std is deprecated; use run.signal("reward_std") (NaN where not logged)', DeprecationWarning, stacklevel=2)
+        values = self.signal("reward_std")
+        return None if np.isnan(values).all() else values
 
     @property
     def metric(self) -> str:
@@ -579,14 +584,7 @@ def _convert_meta(key: str, value: Any, name: str) -> Any:
 
 def check_meta(meta: RunMetadata, last_step: int, name: str) -> None:
     """Raise :class:`LogError` unless the metadata is consistent with itself and with the logged steps."""
-    if meta.total_steps is not None:
-        if meta.total_steps <= 0:
-            raise LogError(f"{name}: total_steps={meta.total_steps} must be positive")
-        if meta.total_steps < last_step:
-            raise LogError(
-                f"{name}: total_steps={meta.total_steps} is smaller than the last logged step {last_step}; "
-                "pass the planned number of steps (max_steps) or leave total_steps unset"
-            )
+    planned_length(meta.total_steps, last_step, name, required=False)
     if meta.steps_per_epoch is not None and meta.steps_per_epoch <= 0:
         raise LogError(f"{name}: steps_per_epoch={meta.steps_per_epoch} must be positive")
     if meta.reward_range is not None:

@@ -12,17 +12,17 @@ forecast. A rule stops the run at the first check that says stop; the results
 record why the Bayesian rule stopped (a plateau, a fall, the end).
 
 The model behind each run's forecasts was fitted **without the run's source**
-(cross-validation grouped by source, :func:`bayes_grpo.calibration.grouped_folds`);
+(cross-validation grouped by source, :func:`evaluation.calibration.grouped_folds`);
 folds run through :func:`bayes_grpo.parallel.map_jobs`. With a cache folder
-(:func:`bayes_grpo.calibration.cached_fit_fold`) each fold's fit is saved as a model file named by the
-model code, the training runs and the sampler settings, so trying a new rule
+(:func:`evaluation.calibration.cached_fit_fold`) each fold's fit is saved as a model file named by the
+package source, the training runs and the sampler settings, so trying a new rule
 costs only the replay's forecasts.
 
 Scores, from the full logged run (never shown to a rule; all on the smoother of :mod:`bayes_grpo.measures`):
 
 * **regret** of a stop at step s: (S at the last step - S at s) / the run's 10-90%
   reward spread, S the Gaussian-kernel smoother of the whole run (bandwidth 8%
-  of its steps); 0 for a run never stopped (:func:`bayes_grpo.measures.regret`);
+  of its steps); 0 for a run never stopped (:func:`evaluation.scoring.regret`);
 * **saved**: (last step - s) / last step;
 * **dip stop**: the stop fell inside a dip the run later recovered from
   (:func:`stopped_in_recovering_dip`): what a rule that mistakes a dip for a
@@ -30,7 +30,7 @@ Scores, from the full logged run (never shown to a rule; all on the smoother of 
 * **flips**: the share of consecutive checks whose decisions differ.
 
 Summaries count every run once (:func:`summarise`) or each source as at most
-:data:`~bayes_grpo.calibration.SOURCE_CAP` runs (:func:`summarise_source_capped`),
+:data:`~evaluation.calibration.SOURCE_CAP` runs (:func:`summarise_source_capped`),
 so a sweep of many runs of one recipe does not outvote single runs of many others.
 The targets the rule is judged on: at most 10% of runs above 0.05 regret, at least
 25% of the steps saved, no stop inside a recovering dip.
@@ -43,12 +43,16 @@ fold gets the setting that saves the most steps on the other folds with at most
 and the pooled held-out figures (:data:`NESTED_RULE`) are the honest estimate of
 choosing the rule this way.
 
-Baselines: stopping at fixed fractions (40/60/80/90%), the paper's "80% of an
-epoch" (arXiv 2507.18014; :func:`epoch_fraction`: the run's declared
-``steps_per_epoch``, else the planned run taken as one epoch), patience rules on the
-causally smoothed reward (like ``EarlyStoppingCallback``), Optuna's
-``PatientPruner``, and the hindsight oracle (the first check whose regret is at
-most 0.05), which knows the future and bounds what any rule can save.
+Baselines: **rule objects** (:class:`~bayes_grpo.stopping.StopRule`, the same objects the
+callback and the CLI take, a user's own included) asked at every check from the check's
+forecast (:func:`trace`'s ``rules``; default :func:`rule_baselines`: stopping at fixed
+fractions of 40/60/80/90%, :class:`~bayes_grpo.stopping.FixedFractionRule`, and patience on
+the causally smoothed reward, :class:`~bayes_grpo.stopping.PatienceRule`, like
+``EarlyStoppingCallback``); and **trace functions** for what no live rule can be
+(:func:`baseline_rules`): the paper's "80% of an epoch" (arXiv 2507.18014;
+:func:`epoch_fraction`: each run's declared ``steps_per_epoch``, else the planned run taken
+as one epoch), Optuna's ``PatientPruner``, and the hindsight oracle (the first check whose
+regret is at most 0.05), which knows the future and bounds what any rule can save.
 """
 
 from __future__ import annotations
@@ -65,15 +69,16 @@ import numpy as np
 import pandas as pd
 
 from bayes_grpo import measures
-from bayes_grpo.calibration import (
-    BUNDLED_SOURCE, SOURCE_CAP, ScoredSet, cached_fit_fold, fold_health, is_bundled, run_seed, scored_splits, source_weights,
-)  # fmt: skip
 from bayes_grpo.errors import BayesGrpoError
 from bayes_grpo.logs import RunLog
 from bayes_grpo.parallel import map_jobs
 from bayes_grpo.recalibration import Recalibration
 from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE
-from bayes_grpo.stopping import MIN_STOP_FRACTION, STOP_REASONS, StopEvidence, stop_evidence, stop_reason
+from bayes_grpo.stopping import MIN_STOP_FRACTION, STOP_REASONS, FixedFractionRule, PatienceRule, StopEvidence, StopRule, stop_evidence, stop_reason
+from evaluation import scoring
+from evaluation.calibration import (
+    BUNDLED_SOURCE, SOURCE_CAP, ScoredSet, cached_fit_fold, fold_health, is_bundled, run_seed, scored_splits, source_weights,
+)  # fmt: skip
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -149,7 +154,7 @@ def score(run: RunLog, stop_index: int | None) -> dict[str, float]:
     Returns
     -------
     dict
-        ``stop_step``, ``saved`` ((last - stop) / last), ``regret`` (:func:`bayes_grpo.measures.regret`)
+        ``stop_step``, ``saved`` ((last - stop) / last), ``regret`` (:func:`evaluation.scoring.regret`)
         and ``dip_stop`` (:func:`stopped_in_recovering_dip`).
 
     Example
@@ -165,7 +170,7 @@ def score(run: RunLog, stop_index: int | None) -> dict[str, float]:
     return {
         "stop_step": stop,
         "saved": (last - stop) / last,
-        "regret": measures.regret(steps, run.rewards, stop),
+        "regret": scoring.regret(steps, run.rewards, stop),
         "dip_stop": stopped_in_recovering_dip(run, stop),
     }
 
@@ -217,6 +222,7 @@ class RunTrace:
     (len(thresholds), checks)), ``best_step`` the decision's checkpoint to keep,
     ``evidence`` each check's :class:`~bayes_grpo.stopping.StopEvidence` (so any
     other setting of the rule can be scored without a new forecast: :func:`setting_decisions`),
+    ``rule_decisions`` each rule object's decisions at the checks (name -> bool array),
     and ``fold`` the backtest fold the run was held out in (-1 outside a backtest).
     """
 
@@ -232,6 +238,7 @@ class RunTrace:
     seconds_per_check: float = float("nan")
     evidence: list[StopEvidence] = field(default_factory=list)
     fold: int = -1
+    rule_decisions: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def set(self) -> str:
@@ -248,6 +255,7 @@ def trace(
     forecast_options: Mapping[str, Any] | None = None,
     seed: int = 0,
     every: float = CHECK_EVERY,
+    rules: Mapping[str, StopRule] | None = None,
 ) -> RunTrace:
     """Replay ``run`` check by check with ``model`` and keep the decisions.
 
@@ -267,6 +275,9 @@ def trace(
         Base seed of the forecasts (each check gets its own).
     every : float
         Spacing of the checks (share of the run's steps), from 10% on.
+    rules : mapping, optional
+        Name -> stop rule asked at every check from the check's forecast (default :func:`rule_baselines`;
+        any :class:`~bayes_grpo.stopping.StopRule`, a user's own included).
 
     Returns
     -------
@@ -281,7 +292,9 @@ def trace(
     run = run.with_meta(total_steps=last)
     indices, fractions = check_indices(run, every=every)
     base = run_seed(seed, run.run_id)
+    rules = rule_baselines() if rules is None else dict(rules)
     probability, default, best, by_threshold, evidence = [], [], [], [], []
+    decided: dict[str, list[bool]] = {name: [] for name in rules}
     started = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -294,6 +307,8 @@ def trace(
             default.append(stop_reason(evidence[-1]) in STOP_REASONS)
             best.append(evidence[-1].best_step)
             by_threshold.append([stop_reason(evidence[-1], threshold=t) in STOP_REASONS for t in thresholds])
+            for name, rule in rules.items():
+                decided[name].append(bool(rule.decide(fc).should_stop))
     seconds = (time.perf_counter() - started) / max(len(indices), 1)
     return RunTrace(
         run=run,
@@ -307,22 +322,27 @@ def trace(
         best_step=np.asarray(best, dtype=float),
         seconds_per_check=seconds,
         evidence=evidence,
+        rule_decisions={name: np.asarray(values, dtype=bool) for name, values in decided.items()},
     )
 
 
 # ------------------------------------------------------------------ baseline rules
 
-#: A rule maps a run's trace to its decision (stop or not) at each check.
+#: A trace function maps a run's trace to its decision (stop or not) at each check: for baselines no live
+#: rule object can be (each run's own epoch, Optuna's pruner fed check by check, the hindsight oracle).
 Rule = Callable[[RunTrace], np.ndarray]
 
 
-def fixed_fraction(fraction: float) -> Rule:
-    """Baseline: stop at the first check at or after ``fraction`` of the steps."""
-
-    def rule(tr: RunTrace) -> np.ndarray:
-        return tr.fractions >= fraction - 1e-9
-
-    return rule
+def rule_baselines() -> dict[str, StopRule]:
+    """The baseline rule objects every replay asks at each check: fixed fractions and patience (10% and 20% of the plan)."""
+    return {
+        "fixed 40%": FixedFractionRule(0.4),
+        "fixed 60%": FixedFractionRule(0.6),
+        "fixed 80%": FixedFractionRule(0.8),
+        "fixed 90%": FixedFractionRule(0.9),
+        "patience 10% of the plan": PatienceRule(0.1),
+        "patience 20% of the plan": PatienceRule(0.2),
+    }
 
 
 def epoch_fraction(fraction: float = EPOCH_FRACTION) -> Rule:
@@ -354,19 +374,6 @@ def causal_smoothed(run: RunLog, indices: np.ndarray) -> np.ndarray:
     return np.array([measures.smoothed(steps[: i + 1], rewards[: i + 1], span=span)[-1] for i in indices])
 
 
-def patience_rule(patience: int) -> Rule:
-    """Baseline like ``EarlyStoppingCallback``: stop after ``patience`` checks without a new best smoothed reward."""
-
-    def rule(tr: RunTrace) -> np.ndarray:
-        best, waited, out = -np.inf, 0, []
-        for value in causal_smoothed(tr.run, tr.indices):
-            best, waited = (value, 0) if value > best else (best, waited + 1)
-            out.append(waited >= patience)
-        return np.asarray(out, dtype=bool)
-
-    return rule
-
-
 def optuna_patient_rule(patience: int) -> Rule:
     """Baseline: Optuna's ``PatientPruner`` (no wrapped pruner) fed the causally smoothed reward at each check."""
 
@@ -392,21 +399,15 @@ def oracle_rule(limit: float = ORACLE_REGRET) -> Rule:
 
     def rule(tr: RunTrace) -> np.ndarray:
         steps, rewards = tr.run.steps, tr.run.rewards
-        return np.array([measures.regret(steps, rewards, int(steps[i])) <= limit for i in tr.indices], dtype=bool)
+        return np.array([scoring.regret(steps, rewards, int(steps[i])) <= limit for i in tr.indices], dtype=bool)
 
     return rule
 
 
 def baseline_rules() -> dict[str, Rule]:
-    """The comparison rules, by name."""
+    """The comparison trace functions, by name (the rule-object baselines are :func:`rule_baselines`)."""
     return {
-        "fixed 40%": fixed_fraction(0.4),
-        "fixed 60%": fixed_fraction(0.6),
-        "fixed 80%": fixed_fraction(0.8),
-        "fixed 90%": fixed_fraction(0.9),
         f"paper: {EPOCH_FRACTION:.0%} of an epoch": epoch_fraction(),
-        "patience 5 checks": patience_rule(5),
-        "patience 10 checks": patience_rule(10),
         "optuna PatientPruner(5)": optuna_patient_rule(5),
         "optuna PatientPruner(10)": optuna_patient_rule(10),
         f"hindsight oracle (regret <= {ORACLE_REGRET})": oracle_rule(),
@@ -435,14 +436,14 @@ def _row(tr: RunTrace, rule: str, threshold: float, decisions: np.ndarray, reaso
 
 
 def evaluate(traces: Sequence[RunTrace], baselines: Mapping[str, Rule] | None = None) -> pd.DataFrame:
-    """One row per (run, rule): the default rule, every threshold of the sweep and the baselines.
+    """One row per (run, rule): the default rule, every threshold of the sweep, the rule objects replayed and the baselines.
 
     Parameters
     ----------
     traces : sequence of RunTrace
-        Replays from :func:`trace`.
+        Replays from :func:`trace` (their ``rule_decisions`` give one row per rule object).
     baselines : mapping, optional
-        Name -> rule (default: :func:`baseline_rules`).
+        Name -> trace function (default: :func:`baseline_rules`).
 
     Returns
     -------
@@ -462,6 +463,7 @@ def evaluate(traces: Sequence[RunTrace], baselines: Mapping[str, Rule] | None = 
         reasons = np.array([stop_reason(e) for e in tr.evidence]) if len(tr.evidence) == tr.indices.size else None
         rows.append(_row(tr, DEFAULT_RULE, np.nan, tr.default, reasons))
         rows += [_row(tr, "bayes_grpo threshold", t, d) for t, d in zip(tr.thresholds, tr.by_threshold)]
+        rows += [_row(tr, name, np.nan, decisions) for name, decisions in tr.rule_decisions.items()]
         rows += [_row(tr, name, np.nan, rule(tr)) for name, rule in rules.items()]
     return pd.DataFrame(rows)
 
@@ -509,7 +511,7 @@ def summarise_source_capped(results: pd.DataFrame, by: Sequence[str] = ("rule", 
     """:func:`summarise` with each source counted as at most ``cap`` runs per group.
 
     Every run of a source with ``n`` runs weighs ``min(1, cap / n)``
-    (:func:`bayes_grpo.calibration.source_weights`), so a sweep of many runs of one
+    (:func:`evaluation.calibration.source_weights`), so a sweep of many runs of one
     recipe counts as ``cap`` runs and cannot outvote single runs of many recipes;
     means, shares and medians are weighted.
 
@@ -708,7 +710,7 @@ def nested_selection(
     if len(folds) < 2 or not settings:
         raise BayesGrpoError("nested selection needs traces from at least two folds and at least one setting")
     if any(len(tr.evidence) != tr.indices.size for tr in traces):
-        raise BayesGrpoError("nested selection needs the evidence of every check (traces from bayes_grpo.backtest.trace)")
+        raise BayesGrpoError("nested selection needs the evidence of every check (traces from evaluation.backtest.trace)")
     reasons = [[setting_reasons(tr, s) for tr in traces] for s in settings]
     decisions = [[np.isin(r, sorted(STOP_REASONS)) for r in row] for row in reasons]
     scored: dict[tuple[int, int | None], dict[str, Any]] = {}  # many settings stop a run at the same check
@@ -851,7 +853,7 @@ def backtest(
     runs : sequence of RunLog
         Complete runs.
     sources : mapping
-        ``run_id -> source`` (see :func:`bayes_grpo.calibration.load_evaluation_runs`).
+        ``run_id -> source`` (see :func:`evaluation.calibration.load_evaluation_runs`).
     n_folds : int
         Number of folds grouped by source.
     model : FittedModel, optional
@@ -870,16 +872,16 @@ def backtest(
     n_jobs, cluster, progress
         Passed to :func:`bayes_grpo.parallel.map_jobs`.
     cache_dir : path-like, optional
-        Folder of cached fold fits (:func:`bayes_grpo.calibration.cached_fit_fold`, shared with
+        Folder of cached fold fits (:func:`evaluation.calibration.cached_fit_fold`, shared with
         the calibration benchmark's folds of the same runs and seed): a rerun with the
         same model code, runs and sampler settings skips the fits and only
         replays the forecasts and rules.
     scored : {"all", "real", "bundled"}
-        Which held-out runs are replayed (:func:`bayes_grpo.calibration.scored_splits`). The
+        Which held-out runs are replayed (:func:`evaluation.calibration.scored_splits`). The
         folds still train on every run, so the fits (and cache entries) are unchanged; the
         nested selection then picks settings on the other folds' runs of this set only.
     layers : mapping, optional
-        ``fold -> calibration layer`` for each fold's model (:func:`bayes_grpo.calibration.learn_layer` of the
+        ``fold -> calibration layer`` for each fold's model (:func:`evaluation.calibration.learn_layer` of the
         calibration benchmark's held-out forecasts of the *other* folds), so the rule is replayed on calibrated
         forecasts as the package makes them, without a layer that saw the run.
 
@@ -890,7 +892,7 @@ def backtest(
     Raises
     ------
     BayesGrpoError
-        Bad ``n_folds`` (see :func:`bayes_grpo.calibration.grouped_folds`), an unknown ``scored`` set, or no run in it.
+        Bad ``n_folds`` (see :func:`evaluation.calibration.grouped_folds`), an unknown ``scored`` set, or no run in it.
 
     Example
     -------

@@ -3,7 +3,7 @@
 Each run is cut at 20%, 30% and 50% of its planned steps (:func:`bayes_grpo.measures.cut`),
 forecast to its end by a model fitted **without any run from the same source**,
 and scored against what really happened. Every definition comes from
-:mod:`bayes_grpo.measures`:
+:mod:`bayes_grpo.measures` and :mod:`evaluation.scoring`:
 
 * **truth**: mean reward over the last 10% of the logged steps (the final window);
 * **spread**: the run's 10-90% reward spread; every error and width is in these units;
@@ -16,7 +16,7 @@ and scored against what really happened. Every definition comes from
   **truth below q05** (where the misses go); **90% width** / spread;
 * **quantile score**: mean pinball loss at q = 0.05, 0.25, 0.5, 0.75, 0.95, over spread;
 * **change after the cut**: |truth - persistence| / spread; the top third of it
-  (:func:`bayes_grpo.measures.hardest_third`) is summarised separately;
+  (:func:`evaluation.scoring.hardest_third`) is summarised separately;
 * **run-weighted and source-capped**: every summary (:func:`summarise`) counts each
   run once, or each source as at most :data:`SOURCE_CAP` runs (:func:`source_weights`),
   so a sweep of many runs of one recipe does not outvote single runs of many recipes.
@@ -41,14 +41,14 @@ Sources: the ``source_repo`` of each shared external run (from the metadata the
 loader attaches, else from ``index.csv``), and one source for all bundled runs.
 Folds are fitted and scored through :func:`bayes_grpo.parallel.map_jobs`, so they
 run on local processes or a Dask cluster with the same result. With a cache folder
-(:func:`cached_fit_fold`) each fold's fit is kept as a model file named by the model
-code, the training runs and the sampler settings; the stopping backtest
-(:mod:`bayes_grpo.backtest`) fits the same folds, so the two benchmarks share the fits.
+(:func:`cached_fit_fold`) each fold's fit is kept as a model file named by the whole
+``bayes_grpo`` source and version (:func:`package_fingerprint`), the training runs,
+the model and sampler settings and the seed; the stopping backtest
+(:mod:`evaluation.backtest`) fits the same folds, so the two benchmarks share the fits.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import hashlib
 import json
@@ -63,6 +63,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 import numpy as np
 import pandas as pd
 
+import bayes_grpo
 from bayes_grpo import measures, recalibration
 from bayes_grpo.measures import weighted_quantile
 from bayes_grpo.config import ModelConfig, SamplerConfig
@@ -71,7 +72,9 @@ from bayes_grpo.errors import BayesGrpoError, LogError
 from bayes_grpo.forecast import PARETO_K_MAX
 from bayes_grpo.logs import RunLog, load_runs
 from bayes_grpo.parallel import map_jobs
-from bayes_grpo.settings import EVALUATION_FRACTIONS, FORECAST_QUANTILES, GENERATOR_SOURCE, shared_runs_dir
+from bayes_grpo.settings import FORECAST_QUANTILES, GENERATOR_SOURCE
+from evaluation import scoring
+from evaluation.settings import EVALUATION_FRACTIONS, shared_runs_dir
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -87,11 +90,6 @@ ScoredSet = Literal["all", "real", "bundled"]
 SCORED_SETS: tuple[str, ...] = get_args(ScoredSet)
 #: Source-capped summaries count each source as at most this many runs (:func:`source_weights`).
 SOURCE_CAP = 3
-#: The package's files whose contents decide what a fit returns: a change in any of them refits a cached fold.
-MODEL_CODE_FILES = ("config.py", "curves.py", "population.py", "prepare.py", "model.py")
-#: In these files only the named top-level definitions decide what a fit returns (``model.py`` also holds
-#: the fitted model's forecast, ranking and file methods, which a fit never calls).
-FIT_DEFINITIONS = {"model.py": ("fit", "_provenance", "target_accept", "_pick_sampler", "_diagnose", "steps_per_chain")}
 
 
 # ------------------------------------------------------------------ runs and sources
@@ -103,7 +101,7 @@ def shared_index(shared_dir: str | Path | None = None) -> pd.DataFrame:
     Parameters
     ----------
     shared_dir : path, optional
-        Folder holding ``index.csv`` and ``runs/`` (default: :func:`bayes_grpo.settings.shared_runs_dir`).
+        Folder holding ``index.csv`` and ``runs/`` (default: :func:`evaluation.settings.shared_runs_dir`).
 
     Returns
     -------
@@ -172,7 +170,7 @@ def load_evaluation_runs(
     Parameters
     ----------
     shared_dir : path, optional
-        Folder of the shared runs (default: :func:`bayes_grpo.settings.shared_runs_dir`).
+        Folder of the shared runs (default: :func:`evaluation.settings.shared_runs_dir`).
     bundled : bool
         Add the runs bundled with the repository (one source per generator task).
     max_runs : int, optional
@@ -395,7 +393,7 @@ def score_cut(run: RunLog, fraction: float, predict: Predictor) -> dict[str, Any
 
     The scoring shared by every forecaster judged (this module's model, the
     benchmarks' baselines): truth, spread, baselines, coverage and scores all
-    come from :mod:`bayes_grpo.measures` (see the module docstring).
+    come from :mod:`bayes_grpo.measures` and :mod:`evaluation.scoring` (see the module docstring).
 
     Parameters
     ----------
@@ -428,13 +426,13 @@ def score_cut(run: RunLog, fraction: float, predict: Predictor) -> dict[str, Any
     mean, predicted, ess = predict(head, total, window)
     quantiles = dict(predicted)
     q05, q25, q75, q95 = (quantiles[q] for q in (0.05, 0.25, 0.75, 0.95))
-    persistence = measures.persistence(head.rewards)
+    persistence = scoring.persistence(head.rewards)
     try:
         law = fit_paper_law(head.steps / total, head.rewards)
         paper = float(np.mean(law.predict(window / total)))
     except BayesGrpoError:
         paper = persistence  # too few points to fit: the law says "stay"
-    outcome = measures.interval_outcome(truth, q05, q95)
+    outcome = scoring.interval_outcome(truth, q05, q95)
     return {
         "run_id": run.run_id,
         "family": run.family,
@@ -450,12 +448,12 @@ def score_cut(run: RunLog, fraction: float, predict: Predictor) -> dict[str, Any
         "persistence_error": abs(persistence - truth) / spread,
         "paper_law_error": abs(paper - truth) / spread,
         "covered_90": outcome == "inside",
-        "covered_50": measures.interval_outcome(truth, q25, q75) == "inside",
+        "covered_50": scoring.interval_outcome(truth, q25, q75) == "inside",
         "above_q95": outcome == "above",
         "below_q05": outcome == "below",
         "width_90": (q95 - q05) / spread,
-        "quantile_score": measures.quantile_score(truth, quantiles, spread),
-        "change_after_cut": measures.change_after_cut(run.rewards, head.rewards),
+        "quantile_score": scoring.quantile_score(truth, quantiles, spread),
+        "change_after_cut": scoring.change_after_cut(run.rewards, head.rewards),
         "ess": ess,
     }
 
@@ -609,37 +607,45 @@ def fit_fold(train: Sequence[RunLog], fit_options: Mapping[str, Any], seed: int)
             log.setLevel(level)
 
 
-def code_fingerprint(source: str, only: Sequence[str] | None = None) -> str:
-    """What of a module's source decides what it computes: its syntax tree without docstrings (``only``: just those top-level definitions).
+def package_fingerprint(package_dir: str | Path | None = None) -> str:
+    """Hex digest of a package's whole source: every ``*.py`` under it, by relative path, contents hashed.
 
-    Comments, blank lines and line positions are not in the tree, and the docstring of the
-    module and of each class and function is dropped, so editing documentation keeps a
-    cache entry while any change to the code names a new one.
+    Any edit to any module (a new helper, a changed default, even a comment) names a new
+    digest, so a cached fit can never outlive the code that made it; there is no hand-kept
+    list of the files or definitions a fit depends on.
+
+    Parameters
+    ----------
+    package_dir : path, optional
+        The package folder (default: the installed ``bayes_grpo``).
+
+    Returns
+    -------
+    str
+        64 hex characters.
 
     Example
     -------
-    >>> code_fingerprint("x = 1  # one") == code_fingerprint("x=1")
+    >>> package_fingerprint() == package_fingerprint()
     True
     """
-    tree = ast.parse(source)
-    if only is not None:
-        tree.body = [node for node in tree.body if getattr(node, "name", None) in only]
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
-                node.body = node.body[1:] or [ast.Pass()]
-    return ast.dump(tree)
+    root = Path(package_dir) if package_dir is not None else Path(bayes_grpo.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py"), key=lambda p: p.relative_to(root).as_posix()):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
 
 
-def fold_cache_key(train: Sequence[RunLog], fit_options: Mapping[str, Any], seed: int) -> str:
-    """Hex digest naming one fold's fit in a cache: the model code, the training runs and the sampler settings.
+def fold_cache_key(
+    train: Sequence[RunLog], fit_options: Mapping[str, Any], seed: int, *, package_dir: str | Path | None = None
+) -> str:
+    """Hex digest naming one fold's fit in a cache: the package code, the training runs and the sampler settings.
 
-    It hashes the code of :data:`MODEL_CODE_FILES` (:func:`code_fingerprint`: a
-    change to their docstrings, comments or layout keeps the entries), every training run (id,
-    steps, rewards, metadata), the fit's keyword arguments and seed, and the
-    default :class:`~bayes_grpo.config.ModelConfig` and
-    :class:`~bayes_grpo.config.SamplerConfig` as this process sees them (so quick
+    It hashes the whole ``bayes_grpo`` source (:func:`package_fingerprint`) and the
+    package version, every training run (id, steps, rewards, metadata), the fit's
+    keyword arguments and seed, and the default :class:`~bayes_grpo.config.ModelConfig`
+    and :class:`~bayes_grpo.config.SamplerConfig` as this process sees them (so quick
     mode, ``BAYES_GRPO_QUICK=1``, and full settings never share an entry).
 
     Parameters
@@ -650,6 +656,8 @@ def fold_cache_key(train: Sequence[RunLog], fit_options: Mapping[str, Any], seed
         Keyword arguments of :func:`bayes_grpo.fit`.
     seed : int
         The fit's seed.
+    package_dir : path, optional
+        The package folder whose source is fingerprinted (default: the installed ``bayes_grpo``).
 
     Returns
     -------
@@ -662,10 +670,8 @@ def fold_cache_key(train: Sequence[RunLog], fit_options: Mapping[str, Any], seed
     '3f9c...'
     """
     digest = hashlib.sha256()
-    package = Path(__file__).resolve().parent
-    for name in MODEL_CODE_FILES:
-        code = code_fingerprint((package / name).read_text(), FIT_DEFINITIONS.get(name))
-        digest.update(name.encode() + b"\0" + code.encode() + b"\0")
+    digest.update(b"package\0" + package_fingerprint(package_dir).encode() + b"\0")
+    digest.update(b"version\0" + str(bayes_grpo.__version__).encode() + b"\0")
     for run in sorted(train, key=lambda r: r.run_id):
         digest.update(run.run_id.encode() + b"\0")
         digest.update(np.asarray(run.steps, dtype=np.float64).tobytes())
@@ -688,7 +694,7 @@ def cached_fit_fold(
 
     A cached fit is a :meth:`~bayes_grpo.model.FittedModel.save` file (population
     posterior and fit diagnostics) named by :func:`fold_cache_key`, so it is only
-    reused for the same model code, training runs and sampler settings. With
+    reused for the same package source and version, training runs and sampler settings. With
     ``cache_dir=None`` this is a plain fit.
 
     Parameters
@@ -814,7 +820,7 @@ def cross_validate(
     cache_dir : path-like, optional
         Folder of cached fold fits (:func:`cached_fit_fold`): a rerun with the same
         model code, runs, sampler settings and seed skips the fits and only scores the
-        forecasts. The stopping backtest (:func:`bayes_grpo.backtest.backtest`) splits the
+        forecasts. The stopping backtest (:func:`evaluation.backtest.backtest`) splits the
         same runs into the same folds with the same fit seeds, so the two share entries.
     scored : {"all", "real", "bundled"}
         Which held-out runs are scored (:func:`scored_runs`). The folds still train on
@@ -1042,7 +1048,7 @@ def hardest(scores: pd.DataFrame, *, source_cap: float | None = None) -> pd.Data
     """The rows in the top third of change after the cut, taken separately at each observed fraction.
 
     With ``source_cap`` the third is of the source-capped weight (:func:`source_weights`
-    within each fraction; :func:`bayes_grpo.measures.hardest_third`), so a source of many
+    within each fraction; :func:`evaluation.scoring.hardest_third`), so a source of many
     runs does not decide alone where the hardest third begins.
     """
     if scores.empty:
@@ -1051,7 +1057,7 @@ def hardest(scores: pd.DataFrame, *, source_cap: float | None = None) -> pd.Data
     mask = pd.Series(False, index=scores.index)
     for _, part in scores.groupby("fraction"):
         w = None if source_cap is None else weights.loc[part.index].to_numpy()
-        mask.loc[part.index] = measures.hardest_third(part["change_after_cut"].to_numpy(), w)
+        mask.loc[part.index] = scoring.hardest_third(part["change_after_cut"].to_numpy(), w)
     return scores[mask]
 
 

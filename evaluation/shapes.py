@@ -45,7 +45,7 @@ spread, as TRL before 0.27 logged it).
 :data:`CUTS` of its planned steps, through the public API: ``model.forecast`` and
 ``model.stop_decision`` on the head, with no reward range declared (what a user
 who gives none gets) or with ``reward_range=(0, 1)``. Each forecast is scored by
-:func:`bayes_grpo.calibration.evaluate_run`, the calibration benchmark's scorer:
+:func:`evaluation.calibration.evaluate_run`, the calibration benchmark's scorer:
 the truth is the mean logged reward over the final 10% of the steps
 (:func:`bayes_grpo.measures.final_reward`, noise included), and the row carries
 the 90% and 50% coverage, the quantile score and the regime weights of
@@ -442,7 +442,7 @@ def _load(path: str | None) -> FittedModel:
 def score_cell(cell: Cell) -> list[dict[str, Any]]:
     """Forecast and stop-decide one cell's run at each of its cuts; one row per cut.
 
-    Each row is :func:`bayes_grpo.calibration.evaluate_run`'s (truth, quantiles,
+    Each row is :func:`evaluation.calibration.evaluate_run`'s (truth, quantiles,
     coverage, quantile score, regime weights ``p_take_off_ahead``, ``p_plateau``,
     ``p_decline``) plus the cell (``shape, total_steps, noise, seed, setting``),
     ``stop`` (``model.stop_decision(head).should_stop``, same seed, so the same
@@ -456,7 +456,7 @@ def score_cell(cell: Cell) -> list[dict[str, Any]]:
     import warnings
 
     from bayes_grpo import measures
-    from bayes_grpo.calibration import evaluate_run, run_seed
+    from evaluation.calibration import evaluate_run, run_seed
 
     model = _load(cell.model)
     run = make_run(cell.shape, cell.total_steps, cell.noise, cell.seed, reward_range=(0.0, 1.0) if cell.setting == "declared" else None)

@@ -1,0 +1,252 @@
+"""Forecast a run's reward trajectory from the stored population posterior.
+
+A forecast conditions one run on its logged steps without touching the
+hierarchy: per-run parameters ``(r0, asinh gain, log tau, log beta, log sigma)`` are
+drawn from the population posterior predictive for the run's covariates
+(family, size, initial reward) and re-weighted by the likelihood of the run's
+steps by importance sampling. Both densities come from the one model
+definition in :mod:`bayes_grpo.population` (:class:`~bayes_grpo.population.RunPrior`,
+:func:`~bayes_grpo.population.log_likelihood`); this module works on any
+:class:`~bayes_grpo.population.PopulationPosterior` and does not import the
+fitting code. :func:`condition` samples the prior (a mixture over a fixed
+subset of population draws, the same for sampling and density, so weights are
+exact), falls back to a Laplace/multivariate-t proposal and then to a
+Metropolis-placed mixture when the weights degenerate, and measures every
+attempt with Pareto-smoothed importance sampling (ArviZ): each forecast carries
+its ESS and Pareto k-hat, and warns when they stay poor. This is a few
+vectorised NumPy passes, fast enough to run inside a training loop, and the
+prior component keeps the bimodal "took off / not yet" case that a Laplace
+approximation alone would miss.
+
+The run's prior is robust (:class:`RobustPrior`): the population predictive mixed with a
+wide component, so a run whose steps the population cannot explain moves to its own
+evidence, and :attr:`Forecast.outside_population` (with :attr:`Forecast.caveats`) says so.
+
+Saturating curves bend where the population's runs bend. A run that keeps climbing
+where its curve expected a bend carries on along its own trend instead: the
+curve and a straight-line trend are both asked to forecast the last part of the log
+from the steps before it (:func:`trend_weight`), and that share of the draws
+continues from the last step along the log's recent slope (:func:`trend_paths`), which
+decays slowly (:data:`TREND_HORIZON`). The stopping rule sees these draws in
+:attr:`Forecast.curves`, so a run still rising is not called a plateau.
+
+Trajectories carry a model-discrepancy term: beyond the last logged step the
+forecast may wander from the parametric curve as a Brownian motion with scale
+``drift * sigma`` per unit of progress, so intervals stay honest for runs whose
+shape the curve form does not capture. Each draw's scale is multiplied by
+``sqrt(df / chi2_df)`` (``ModelConfig.drift_df``, 2): the wander at any step is then
+Student-t rather than Normal, mostly small with a few large departures, as real
+runs' departures from a smooth curve are (a late take-off, a collapse).
+
+:attr:`Forecast.final` is the posterior predictive of what
+:func:`bayes_grpo.measures.final_reward` measures: the mean *logged* reward
+over the final 10% of the run's logging steps, the noise of averaging those
+steps included (:meth:`Forecast.window_reward`); :attr:`Forecast.level_at_end`
+is the latent level at ``total_steps``. :attr:`Forecast.regimes` gives the
+posterior weights of "take-off still ahead", "plateau" and "decline".
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from bayes_grpo.curves import plateau_progress
+from bayes_grpo.errors import ModelError
+from bayes_grpo.forecast.conditioning import (
+    DEFENSIVE_SHARE, MIN_ESS_FRACTION, MIN_ESS_WARN, N_PARTICLES, PARETO_K_MAX, PRIOR_COMPONENTS, WIDE_SCALE, WIDE_SHARE, Conditioning,
+    RobustPrior, _systematic_resample, condition,
+)  # fmt: skip
+from bayes_grpo.forecast.result import MATERIAL_NOISE, OUTSIDE_POPULATION_WARN, REGIMES, FinalReward, Forecast
+from bayes_grpo.forecast.trend import (
+    TREND_CLEAR_SE, TREND_HORIZON, TREND_HORIZON_SD, TREND_MIN_POINTS, TREND_PRIOR, TREND_PRIOR_SD, TREND_WINDOW, linear_trend,
+    trend_paths, trend_weight,
+)  # fmt: skip
+from bayes_grpo.logs import RunLog
+from bayes_grpo.population import PARAMS, PopulationPosterior, expected_reward, natural
+from bayes_grpo.prepare import LONG_PLAN_FACTOR, prepare_run
+
+__all__ = [
+    "DEFENSIVE_SHARE", "MATERIAL_NOISE", "MAX_GRID_POINTS", "MIN_ESS_FRACTION", "MIN_ESS_WARN", "N_PARTICLES", "OUTSIDE_POPULATION_WARN",
+    "PARETO_K_MAX", "PRIOR_COMPONENTS", "REGIMES", "TREND_CLEAR_SE", "TREND_HORIZON", "TREND_HORIZON_SD", "TREND_MIN_POINTS",
+    "TREND_PRIOR", "TREND_PRIOR_SD", "TREND_WINDOW", "WIDE_SCALE", "WIDE_SHARE", "Conditioning", "FinalReward", "Forecast",
+    "RobustPrior", "condition", "forecast", "linear_trend", "trend_paths", "trend_weight",
+]  # fmt: skip
+
+
+MAX_GRID_POINTS = 500
+
+
+def forecast(
+    model: PopulationPosterior,
+    run: RunLog | None = None,
+    total_steps: int | None = None,
+    *,
+    family: str | None = None,
+    params_b: float | None = None,
+    initial_reward: float | None = None,
+    reward_range: tuple[float, float] | None = None,
+    source: str | None = None,
+    n_draws: int = 1000,
+    drift: float | None = None,
+    seed: int = 0,
+    calibrated: bool = True,
+) -> Forecast:
+    """Forecast a run (finished, in progress, or not yet started) up to ``total_steps``.
+
+    Parameters
+    ----------
+    model : PopulationPosterior
+        A fitted population (e.g. :func:`bayes_grpo.default_model`).
+    run : RunLog or None
+        The logged steps so far; None for a run not yet started.
+    total_steps : int, optional
+        Planned length of the run (default: the run's metadata).
+    family, params_b, initial_reward, reward_range : optional
+        Override the run's metadata; for a run not yet started pass ``initial_reward``,
+        ``total_steps`` and ``reward_range`` (and ``family``/``params_b`` when known).
+    source : str, optional
+        The run's source (repository / recipe / task; default: its ``source_repo`` metadata).
+        A source the model was fitted on gives the run that source's effect; any other
+        source, or none, the population level widened by the spread between sources.
+    n_draws : int
+        Trajectory draws returned (1000).
+    drift : float, optional
+        Scale of the Brownian discrepancy (default: ``model.model_config.drift``).
+    seed : int
+        Seed of the importance sampler and of the discrepancy paths.
+    calibrated : bool
+        Apply the model's calibration layer (:mod:`bayes_grpo.recalibration`), learned on held-out
+        real runs, when it has one (default); False gives the model's raw forecast.
+
+    Returns
+    -------
+    Forecast
+
+    Raises
+    ------
+    ModelError
+        When ``total_steps`` is unknown or smaller than the last logged step, or a run not yet
+        started lacks ``initial_reward``/``reward_range``.
+
+    Warns
+    -----
+    UserWarning
+        When a run without a declared ``reward_range`` has only logged equal rewards (no scale to
+        forecast a change in), when ``total_steps`` is more than :data:`LONG_PLAN_FACTOR` times the
+        last logged step, and when the importance weights stay unreliable after every proposal of :func:`condition`
+        (Pareto k-hat above 0.7 or ESS below 10% of the particles); ``Forecast.ess`` and
+        ``Forecast.pareto_k`` always say how good they are.
+
+    Example
+    -------
+    >>> fc = forecast(bg.default_model(), run.head(100), total_steps=400)  # doctest: +SKIP
+    >>> fc.final.interval(0.9), fc.pareto_k, fc.regimes["take_off_ahead"]  # doctest: +SKIP
+    """
+    if run is None and (total_steps is None or initial_reward is None):
+        raise ModelError("forecasting a run not yet started needs total_steps= and initial_reward= (and reward_range=)")
+    prepared = prepare_run(
+        run,
+        total_steps=total_steps,
+        family=family,
+        params_b=params_b,
+        initial_reward=initial_reward,
+        reward_range=reward_range,
+        source=source,
+        unit_progress=model.model_config.unit_progress,
+    )
+    if prepared.steps.size and prepared.total_steps > LONG_PLAN_FACTOR * prepared.steps[-1]:
+        warnings.warn(
+            f"run {prepared.run_id!r}: total_steps={prepared.total_steps} is more than {LONG_PLAN_FACTOR} times the last logged "
+            f"step {int(prepared.steps[-1])}: the forecast extrapolates far beyond what the log shows; check the planned length",
+            UserWarning,
+            stacklevel=2,
+        )
+    no_scale = prepared.kind == "learned" and prepared.z.size >= 3 and np.ptp(prepared.z) == 0.0
+    if no_scale:
+        metric = str(getattr(run, "metric", "reward"))
+        logged = "rewards" if metric == "reward" else f"values of {metric}"
+        warnings.warn(
+            f"run {prepared.run_id!r}: the {prepared.z.size} {logged} logged so far are all equal, so they give the "
+            f"forecast no {'reward ' if metric == 'reward' else ''}scale and it shows no change; pass reward_range=(min, max) for one",
+            UserWarning,
+            stacklevel=2,
+        )
+    with warnings.catch_warnings():
+        if no_scale:  # its weights cannot be good, and the warning above already says the forecast shows no change
+            warnings.filterwarnings("ignore", message=".*importance weights stay poor")
+        conditioned = condition(model, prepared, seed=seed)
+    config = model.model_config
+    rng = np.random.default_rng(seed + 1)
+    picks = _systematic_resample(np.exp(conditioned.log_weights), n_draws, rng)
+    sample = conditioned.theta[picks]
+    p = natural(dict(zip(PARAMS, sample.T)), config)
+    r0, tau, beta = p["r0"], p["tau"], p["beta"]
+
+    total = prepared.total_steps
+    last = int(prepared.steps[-1]) if prepared.steps.size else 0
+    grid = _grid(last, total)
+    t_grid = grid / total
+    curves = expected_reward(config, t_grid[None], {name: value[:, None] for name, value in p.items()})
+    t_last = last / total
+    trend = trend_weight(model, prepared, conditioned) if prepared.steps.size else 0.0
+    if trend > 0:
+        curves = trend_paths(config, prepared, curves, t_grid, t_last, rng, trend)
+    drift = float(config.drift if drift is None else drift)
+    levels = curves + _brownian_discrepancy(rng, t_grid, t_last, drift * p["sigma"], config.drift_df) if drift > 0 else curves
+    current = expected_reward(config, np.array([t_last]), p) if last else r0
+    plateau_t = plateau_progress(config.form, tau, beta)
+    draws, curves = prepared.to_reward(levels), prepared.to_reward(curves)
+    # The layer calibrates what the forecast shows (the draws: intervals, final reward, fan charts). The stop rule
+    # judges the remaining gain on the model's own curves: moved by the layer's long upper tail, no canonical
+    # plateau, flat run or dip reached P(plateau) 0.99 any more (benchmarks/results/shapes.md).
+    layer = getattr(model, "recalibration", None) if calibrated else None
+    if layer is not None:
+        draws = layer.apply(draws, prepared, grid)
+    if prepared.bounds is not None:  # an expected reward cannot leave the range the reward functions can give
+        draws, curves = np.clip(draws, *prepared.bounds), np.clip(curves, *prepared.bounds)
+    return Forecast(
+        run_id=prepared.run_id,
+        steps=grid,
+        draws=draws,
+        curves=curves,
+        total_steps=total,
+        observed_steps=prepared.steps.astype(int),
+        observed_rewards=prepared.to_reward(prepared.z),
+        params={**p, "unit": prepared.unit},
+        plateau_step=np.clip(plateau_t * total, 0, None),
+        current=prepared.to_reward(np.asarray(current).ravel()),
+        prepared=prepared,
+        ess=conditioned.ess,
+        pareto_k=conditioned.pareto_k,
+        proposal=conditioned.proposal,
+        noise_floor=config.noise_floor,
+        trend_weight=trend,
+        outside_population=conditioned.outside_population,
+        seed=seed,
+        uses_signal="gain_signal" in model.population_arrays(),
+        calibrated=layer is not None,
+    )
+
+
+def _grid(last: int, total: int) -> np.ndarray:
+    """Forecast steps: every step up to ``total`` (thinned to at most MAX_GRID_POINTS), always including ``last``."""
+    grid = np.unique(np.linspace(1, total, min(total, MAX_GRID_POINTS)).round().astype(int))
+    if last:
+        grid = np.union1d(grid, [last])
+    return grid.astype(float)
+
+
+def _brownian_discrepancy(rng: np.random.Generator, t_grid: np.ndarray, t_last: float, scale: np.ndarray, df: float | None) -> np.ndarray:
+    """Brownian paths that are zero up to ``t_last`` and wander with ``scale`` per unit progress after it.
+
+    With ``df``, each path's scale is multiplied by ``sqrt(df / chi2_df)`` (a Student-t scale
+    mixture: heavy-tailed departures); None keeps Normal paths.
+    """
+    if df is not None:
+        scale = scale * np.sqrt(df / rng.chisquare(df, size=scale.size))
+    ahead = np.clip(t_grid - t_last, 0, None)
+    increments = np.diff(ahead, prepend=0.0)
+    steps = rng.standard_normal((scale.size, t_grid.size)) * np.sqrt(increments)[None]
+    return scale[:, None] * np.cumsum(steps, axis=1)

@@ -1,0 +1,82 @@
+"""Scores of forecasts and stops, on the run-level measures of :mod:`bayes_grpo.measures`.
+
+Moved out of the package: only the evaluation (calibration, the stopping
+backtest, the shapes suite), the benchmarks and the tests use them.
+
+* **persistence** baseline: mean of the last 10 observed rewards;
+* **best step**: the logged step with the highest smoothed reward;
+* **regret** of a stop: (S at the last step - S at the stop) / spread, S the
+  smoother of the whole run;
+* **quantile score**: mean pinball loss over the forecast quantiles, over spread;
+* **interval outcome**: where the truth falls against an interval (coverage);
+* **change after the cut** and the **hardest third** of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from bayes_grpo.measures import final_reward, reward_spread, smoothed, weighted_quantile
+from bayes_grpo.settings import SMOOTHING_BANDWIDTH
+from evaluation.settings import PERSISTENCE_POINTS
+
+
+def persistence(rewards: np.ndarray, points: int = PERSISTENCE_POINTS) -> float:
+    """Persistence forecast of the final reward: mean of the last ``points`` observed rewards."""
+    return float(np.asarray(rewards, dtype=float)[-points:].mean())
+
+
+def best_step(steps: np.ndarray, rewards: np.ndarray, bandwidth: float = SMOOTHING_BANDWIDTH) -> int | None:
+    """The logged step with the highest smoothed reward among the steps given (None when empty)."""
+    steps = np.asarray(steps, dtype=float)
+    if steps.size == 0:
+        return None
+    return int(steps[int(np.argmax(smoothed(steps, rewards, bandwidth)))])
+
+
+def regret(steps: np.ndarray, rewards: np.ndarray, stop_step: float | None, bandwidth: float = SMOOTHING_BANDWIDTH) -> float:
+    """Regret of stopping at ``stop_step``: (S at the last step - S at the stop) / spread; 0 when never stopped."""
+    steps = np.asarray(steps, dtype=float)
+    if stop_step is None or stop_step >= steps[-1]:
+        return 0.0
+    curve = smoothed(steps, rewards, bandwidth)
+    at_stop = float(np.interp(stop_step, steps, curve))
+    return (float(curve[-1]) - at_stop) / reward_spread(rewards)
+
+
+def pinball_loss(truth: float, quantiles: Mapping[float, float]) -> float:
+    """Mean pinball (quantile) loss of predicted ``{q: value}`` quantiles against ``truth``."""
+    losses = [max(q * (truth - v), (q - 1.0) * (truth - v)) for q, v in quantiles.items()]
+    return float(np.mean(losses))
+
+
+def quantile_score(truth: float, quantiles: Mapping[float, float], spread: float) -> float:
+    """Pinball loss in units of ``spread`` (the run's reward spread): lower is better."""
+    return pinball_loss(truth, quantiles) / spread
+
+
+def interval_outcome(truth: float, lo: float, hi: float) -> str:
+    """'below', 'inside' or 'above': where ``truth`` falls relative to the interval ``[lo, hi]``."""
+    return "below" if truth < lo else ("above" if truth > hi else "inside")
+
+
+def change_after_cut(rewards_full: np.ndarray, rewards_head: np.ndarray) -> float:
+    """|final - persistence| / spread: how much a run moved after the cut (to pick the hardest runs)."""
+    return abs(final_reward(rewards_full) - persistence(rewards_head)) / reward_spread(rewards_full)
+
+
+def hardest_third(values: Sequence[float], weights: Sequence[float] | None = None) -> np.ndarray:
+    """Boolean mask of the top third of ``values`` (e.g. change after the cut).
+
+    With ``weights`` the top third is of the total weight (the cut is the weighted
+    2/3 quantile, :func:`weighted_quantile`), so a value counted less (a run of a
+    source with many runs) moves the cut less.
+    """
+    values = np.asarray(values, dtype=float)
+    if values.size == 0:
+        return np.zeros(0, bool)
+    if weights is None:
+        return values >= np.quantile(values, 2.0 / 3.0)
+    return values >= weighted_quantile(values, 2.0 / 3.0, weights)
