@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import pickle
 import re
 import sys
 import time
@@ -74,6 +75,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from bayes_grpo.errors import BayesGrpoError
 from bayes_grpo.logs import normalise_family
+from bayes_grpo.model_size import parameter_count
 from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE
 from bayes_grpo.stopping import PlateauRule, StopDecision, StopRule
 
@@ -349,6 +351,12 @@ class PlateauStoppingCallback(TrainerCallback):
         import torch.distributed as dist
 
         payload = [{"outcome": outcome, "last_check": self._last_check} if self._main else None]
+        if self._main and outcome is not None:
+            try:  # a decision that cannot be sent (a user's rule's own type) must not leave the others waiting
+                pickle.dumps(payload[0])
+            except Exception as exc:  # noqa: BLE001 - the callback must never break training
+                self._warn_once("share", f"could not send the decision at step {self._last_check} to the other processes ({exc!r}); not stopping there")
+                payload = [{"outcome": None, "last_check": self._last_check}]
         dist.broadcast_object_list(payload, src=0)
         self._last_check = payload[0]["last_check"]
         return payload[0]["outcome"]
@@ -455,7 +463,7 @@ class PlateauStoppingCallback(TrainerCallback):
             model_type = getattr(getattr(model, "config", None), "model_type", None)
             self.family = normalise_family(model_type) if model_type else None
         if self.params_b is None:
-            count = _parameter_count(model)
+            count = parameter_count(model)
             if count is None:
                 self._warn_once("describe", "could not tell the size of the sharded model (its config lacks the dimensions); forecasting without it (pass params_b=)")
             self.params_b = None if count is None else count / 1e9
@@ -645,86 +653,6 @@ def _distributed() -> bool:
     except ImportError:
         return False
     return bool(dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
-
-
-def _sharded(model: Any) -> bool:
-    """True when this process holds only a shard of the model's parameters (DeepSpeed ZeRO-3, FSDP)."""
-    try:
-        from transformers.integrations import is_deepspeed_zero3_enabled
-
-        if is_deepspeed_zero3_enabled():
-            return True
-    except ImportError:
-        pass
-    if any(hasattr(p, "ds_numel") or p.numel() == 0 or type(p).__name__ == "DTensor" for p in model.parameters()):
-        return True  # ZeRO-3 leaves an empty placeholder; FSDP2 a DTensor
-    modules = model.modules() if callable(getattr(model, "modules", None)) else []
-    return any(type(m).__name__ == "FullyShardedDataParallel" or type(m).__name__.startswith("FSDP") for m in modules)
-
-
-def _parameter_count(model: Any) -> float | None:
-    """The model's parameter count: counted when this process holds whole parameters, else estimated from its config.
-
-    A sharded parameter's ``numel()`` is the size of this process's shard (under ZeRO-3, 0), not the
-    parameter's; the config's dimensions give the whole model's size there (None when they are missing
-    and no full size is recorded on the parameters).
-    """
-    if not _sharded(model):
-        counter = getattr(model, "num_parameters", None)
-        return float(counter() if callable(counter) else sum(p.numel() for p in model.parameters()))
-    estimate = _config_parameter_count(getattr(model, "config", None))
-    if estimate is not None:
-        return estimate
-    full = sum(getattr(p, "ds_numel", 0) for p in model.parameters())  # ZeRO-3 records each parameter's full size
-    return float(full) if full else None
-
-
-def _dimension(config: Any, *names: str) -> int | None:
-    for name in names:
-        value = getattr(config, name, None)
-        if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0:
-            return int(value)
-    return None
-
-
-def _config_parameter_count(config: Any) -> float | None:
-    """Estimate a decoder language model's parameter count from its config (None when its dimensions are missing).
-
-    Embeddings (and an untied output layer), per layer the attention (grouped-query heads and
-    ``head_dim`` included) and the MLP (gated for SiLU-style activations; mixture-of-experts
-    counted whole), and the norms. Exact for Llama-like models; an estimate for others.
-    """
-    if config is None:
-        return None
-    get_text_config = getattr(config, "get_text_config", None)
-    if callable(get_text_config):
-        try:
-            config = get_text_config(decoder=True) or config
-        except Exception:  # noqa: BLE001 - an older or unusual config: use it as it is
-            pass
-    hidden = _dimension(config, "hidden_size", "n_embd", "d_model")
-    layers = _dimension(config, "num_hidden_layers", "n_layer", "num_layers")
-    vocab = _dimension(config, "vocab_size")
-    if hidden is None or layers is None or vocab is None:
-        return None
-    heads = _dimension(config, "num_attention_heads", "n_head") or 1
-    kv_heads = _dimension(config, "num_key_value_heads") or heads
-    head_dim = _dimension(config, "head_dim") or hidden // heads
-    attention = hidden * head_dim * (2 * heads + 2 * kv_heads)  # q and o, k and v
-    if getattr(config, "attention_bias", False) or getattr(config, "qkv_bias", False):
-        attention += head_dim * (heads + 2 * kv_heads)
-    activation = str(getattr(config, "hidden_act", None) or getattr(config, "hidden_activation", None) or "")
-    gated = activation in ("silu", "swish", "swiglu") or str(getattr(config, "model_type", "")).startswith("gemma")
-    intermediate = _dimension(config, "intermediate_size", "n_inner", "ffn_dim") or 4 * hidden
-    experts = _dimension(config, "num_local_experts", "num_experts", "n_routed_experts")
-    if experts:
-        expert_size = _dimension(config, "moe_intermediate_size") or intermediate
-        shared = _dimension(config, "n_shared_experts") or 0
-        mlp = (experts + shared) * 3 * hidden * expert_size + experts * hidden  # the experts and the router
-    else:
-        mlp = (3 if gated else 2) * hidden * intermediate
-    embeddings = vocab * hidden * (1 if getattr(config, "tie_word_embeddings", False) else 2)
-    return float(layers * (attention + mlp + 2 * hidden) + embeddings + hidden)
 
 
 def _reporters(args: TrainingArguments) -> list[str]:

@@ -161,7 +161,7 @@ class ModelConfig:
         ``"centred"`` samples ``theta ~ Normal(loc, scale)``, ``"non_centred"`` offsets
         ``e ~ Normal(0, 1)`` with ``theta = loc + scale * e``, ``"mixed"`` the start and the
         shape as offsets and the rest centred. A centred gain is sampled sheared by the start
-        (:func:`bayes_grpo.population.gain_variable`). ``"auto"`` (default) takes ``"mixed"`` from
+        (:func:`bayes_grpo.pymc_model.gain_variable`). ``"auto"`` (default) takes ``"mixed"`` from
         :data:`bayes_grpo.population.MIXED_MIN_RUNS` (100) runs up and ``"non_centred"``
         below: mixed mixes on a large, varied set (the 201 bundled + shared runs), centring
         funnels on a few similar runs (``benchmarks/results/fit_geometry.md``).

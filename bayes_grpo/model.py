@@ -20,7 +20,6 @@ what it was fitted on and the sampler diagnostics.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import time
@@ -40,9 +39,11 @@ from bayes_grpo.curves import CURVE_FORMS
 from bayes_grpo.errors import ModelError
 from bayes_grpo.forecast import Forecast, forecast
 from bayes_grpo.logs import RunLog, RunSet
-from bayes_grpo.population import MODEL_VERSION, POPULATION_VARS, build_model, resolve_parameterisation
+from bayes_grpo.population import MODEL_VERSION, POPULATION_VARS
+from bayes_grpo.pymc_model import build_model, resolve_parameterisation
 from bayes_grpo.prepare import LONG_PLAN_FACTOR, SCALE_KINDS, PreparedRun, frozen_after_start, prepare_training_run, size_centres, training_horizon
 from bayes_grpo.recalibration import Recalibration
+from bayes_grpo.sampling import PER_RUN_VARS, FitDiagnostics, _diagnose, _pick_sampler, target_accept
 from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE
 from bayes_grpo.stopping import RelativeTo, StopDecision, stop_decision, stop_probability
 from bayes_grpo.sweeps import Ranking, SweepCoupling, rank
@@ -52,48 +53,6 @@ FORMAT_VERSION = 1
 #: Root attribute that marks a NetCDF file as a bayes_grpo model.
 FORMAT_ATTR = "bayes_grpo_model_format"
 DEFAULT_MODEL_PATH = Path(__file__).resolve().parent / "assets" / "default_model.nc"
-_PER_RUN_VARS = ("gain", "tau", "r0", "sigma", "beta")
-
-
-@dataclass
-class FitDiagnostics:
-    """Sampler health of a fit: worst r_hat, smallest bulk ESS and divergences.
-
-    Attributes
-    ----------
-    max_r_hat, min_ess_bulk : float
-        Over the population variables and the per-run curve parameters.
-    divergences : int
-        Divergent transitions after tuning.
-    sampler : str
-        The NUTS implementation used.
-    seconds : float
-        Wall time of the sampling.
-    steps_per_draw : float
-        Mean leapfrog steps per draw of the slowest chain (NaN when the sampler does not
-        report them, and in model files saved before it was recorded). Healthy fits of the bundled
-        and shared runs take 30-65; a chain far above the others has adapted a tiny step size
-        (e.g. to a run whose reward moves in one step) and makes the fit slow.
-    """
-
-    max_r_hat: float
-    min_ess_bulk: float
-    divergences: int
-    sampler: str
-    seconds: float
-    steps_per_draw: float = float("nan")
-
-    @property
-    def ok(self) -> bool:
-        """True when r_hat < 1.05, bulk ESS > 100 and there are no divergences."""
-        return self.max_r_hat < 1.05 and self.min_ess_bulk > 100 and self.divergences == 0
-
-    def __str__(self) -> str:
-        text = (
-            f"sampler={self.sampler} time={self.seconds:.1f}s max r_hat={self.max_r_hat:.3f} "
-            f"min bulk ESS={self.min_ess_bulk:.0f} divergences={self.divergences}"
-        )
-        return text if np.isnan(self.steps_per_draw) else f"{text} steps/draw (slowest chain)={self.steps_per_draw:.0f}"
 
 
 @dataclass
@@ -446,7 +405,7 @@ def load_model(path: str | os.PathLike) -> FittedModel:
     idata = az.from_netcdf(str(file), engine="h5netcdf")
     posterior = idata.posterior
     population = _with_kind_means(posterior[[v for v in POPULATION_VARS if v in posterior]].load())
-    full = any(v in posterior for v in _PER_RUN_VARS)
+    full = any(v in posterior for v in PER_RUN_VARS)
     diagnostics = json.loads(attrs["diagnostics"])
     fitted_on = json.loads(attrs["fitted_on"])
     fitted_version = str(fitted_on.get("model_version", "2"))
@@ -616,7 +575,7 @@ def fit(
             options.update(nuts_sampler="numpyro", nuts_sampler_kwargs={"chain_method": chain_method})
         idata = pm.sample(**options)
         seconds = time.perf_counter() - started
-        # The data-based starts (population.gain_variable) matter only to the sampler, and
+        # The data-based starts (pymc_model.gain_variable) matter only to the sampler, and
         # PyMC's model transforms (the pointwise log-likelihood below) refuse models that carry them.
         for rv in model.free_RVs:
             model.set_initval(rv, None)
@@ -662,69 +621,6 @@ def _provenance(runs: list[RunLog], prepared: list[PreparedRun]) -> dict[str, An
         key = str(Path(source).parent) if os.sep in source else source
         sources[key] = sources.get(key, 0) + 1
     return {"runs": [p.run_id for p in prepared], "n_runs": len(prepared), "sources": sources, "model_version": MODEL_VERSION}
-
-
-#: NUTS target acceptance of fits whose per-run parameters are all offsets (small fits; see :func:`target_accept`).
-NON_CENTRED_TARGET_ACCEPT = 0.95
-
-
-def target_accept(sconfig: SamplerConfig, mconfig: ModelConfig) -> float:
-    """The NUTS target acceptance a fit uses: the one given, else one picked by the fit's geometry.
-
-    Per-run parameters sampled as offsets (``"non_centred"``, what ``"auto"`` gives fits of fewer
-    than 100 runs) leave a posterior whose curvature changes across the population spreads; at
-    PyMC's default 0.8, fits of 12 bundled runs diverged 12 and 41 times (seeds 0, 1), at 0.95
-    once and never, in 25% more time. Larger fits keep nutpie at 0.8 (the shipped fit's setting)
-    and the other samplers at 0.9.
-    """
-    if sconfig.target_accept is not None:
-        return float(sconfig.target_accept)
-    if mconfig.parameterisation == "non_centred":
-        return NON_CENTRED_TARGET_ACCEPT
-    return 0.8 if sconfig.sampler == "nutpie" else 0.9
-
-
-def _pick_sampler(requested: str | None) -> str:
-    if requested:
-        return requested
-    for name in ("nutpie", "numpyro"):
-        if importlib.util.find_spec(name) is not None:
-            return name
-    return "pymc"
-
-
-def _diagnose(idata: az.InferenceData, sampler: str, seconds: float) -> FitDiagnostics:
-    """Worst r_hat and smallest bulk ESS over the population and per-run curve parameters.
-
-    Only the two statistics are computed (``az.summary`` adds tail ESS and Monte Carlo errors,
-    which took 4-6 s on a 2 x 4,000-draw fit of 201 runs).
-    """
-    posterior = idata.posterior[[v for v in POPULATION_VARS + _PER_RUN_VARS if v in idata.posterior]]
-    r_hat = az.rhat(posterior)
-    ess = az.ess(posterior, method="bulk")
-    stats = idata.sample_stats
-    divergences = int(stats["diverging"].sum()) if "diverging" in stats else 0
-    steps = steps_per_chain(idata)
-    return FitDiagnostics(
-        max_r_hat=max(float(r_hat[v].max()) for v in r_hat.data_vars),
-        min_ess_bulk=min(float(ess[v].min()) for v in ess.data_vars),
-        divergences=divergences,
-        sampler=sampler,
-        seconds=seconds,
-        steps_per_draw=float(steps.max()) if steps is not None else float("nan"),
-    )
-
-
-def steps_per_chain(idata: az.InferenceData) -> xr.DataArray | None:
-    """Mean leapfrog steps per draw of each chain (None when the sampler does not report them).
-
-    nutpie and PyMC's NUTS call the statistic ``n_steps``, numpyro ``num_steps``.
-    """
-    stats = idata.get("sample_stats")
-    if stats is None:
-        return None
-    steps = next((stats[name] for name in ("n_steps", "num_steps") if name in stats), None)
-    return None if steps is None else steps.mean("draw")
 
 
 def compare_forms(runs: RunSet | Iterable[RunLog], forms: Iterable[str] = CURVE_FORMS, **fit_options: Any) -> tuple[Any, dict[str, FittedModel]]:

@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 from bayes_grpo.errors import ModelError
 from bayes_grpo.logs import RunLog
 from bayes_grpo.measures import cut, final_reward, horizon
-from bayes_grpo.model import steps_per_chain
+from bayes_grpo.sampling import steps_per_chain
 from bayes_grpo.population import simulate
 from bayes_grpo.prepare import prepare_training_run
 from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE

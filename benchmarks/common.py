@@ -101,7 +101,8 @@ def parameterisation_label(requested: str, config) -> str:
     """A fit's parameterisation as a table label: what was asked, and for ``auto`` what it resolved to and
     which variable NUTS samples for each per-run parameter (``e_*``: an offset; ``asinh_end_rise``: the
     sheared gain)."""
-    from bayes_grpo.population import PARAMS, sampled_name
+    from bayes_grpo.population import PARAMS
+    from bayes_grpo.pymc_model import sampled_name
 
     sampled = ", ".join(sampled_name(name, config) for name in PARAMS)
     return f"auto ({config.parameterisation}: {sampled})" if requested == "auto" else f"{requested}: {sampled}"

@@ -234,7 +234,7 @@ def _time_calls(call, min_seconds: float = 2.0, max_calls: int = 500) -> tuple[f
 def gradient_worker(spec: dict) -> dict:
     """Build the PyMC model of one simulated setting and time one log-density + gradient with ``spec["backend"]``."""
     import bayes_grpo as bg
-    from bayes_grpo.population import build_model
+    from bayes_grpo.pymc_model import build_model
     from bayes_grpo.prepare import prepare_run, size_centres
 
     warnings.simplefilter("ignore")

@@ -261,7 +261,28 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     if page.file.src_uri.startswith("results/") and stem in DRAWN_FIGURES:
         heading, _, rest = markdown.partition("\n")
         markdown = f"{heading}\n\n![{stem}]({DRAWN_FIGURES[stem]})\n{rest}"
+    if page.file.src_uri.startswith(SEARCH_BOOSTED):  # how-to pages rank above the API reference in search
+        page.meta.setdefault("search", {}).setdefault("boost", SEARCH_BOOST)
     return markdown
+
+
+# ---------------------------------------------------------------------- search
+
+#: Pages that answer "how do I ...": the search ranks them above the API reference (Material's
+#: per-page ``search: boost``), so that "stop my run early" finds the guides first.
+SEARCH_BOOSTED = ("guide/", "getting-started.md", "faq.md")
+SEARCH_BOOST = 2
+#: Notebook chrome that mkdocs-jupyter renders around each cell, kept out of the search index:
+#: the "In [n]:"/"Out[n]:" prompts, the copy button (its hidden "Copied!" notice) and the hidden
+#: plain-text copy of each cell's code, which the copy button reads (the code would be indexed twice).
+NOTEBOOK_CHROME = re.compile(r'<div class="(jp-InputPrompt|jp-OutputPrompt|zeroclipboard-container|clipboard-copy-txt)\b')
+
+
+def on_page_content(html: str, page, config, files) -> str:
+    """Mark the notebook chrome ``data-search-exclude`` (Material's search skips it, then drops the mark)."""
+    if page.file.src_uri.startswith("notebooks/"):
+        html = NOTEBOOK_CHROME.sub(r'<div data-search-exclude="true" class="\1', html)
+    return html
 
 
 def on_page_context(context, page, config, nav):

@@ -54,7 +54,7 @@ overview.groupby("family").agg(
 
 data_figure(runs);""",
     "## Fit\n\nIn quick mode (`BAYES_GRPO_QUICK=1`, as the documentation site builds it) the fit uses 12 of the runs, "
-    "four per family, with 2 chains of 2,000 draws after 1,000 tuning steps: about a minute on two CPU cores. "
+    "four per family, with 2 chains of 2,000 draws after 1,000 tuning steps: one to two minutes on two CPU cores. "
     "Otherwise it uses every run and the defaults (2 chains of 4,000 draws after 1,000 tuning steps). `bg.fit` picks "
     "nutpie when it is installed, and warns when the fit has not converged.",
     """fit_runs = pick_runs(runs, 12) if QUICK else runs

@@ -105,3 +105,30 @@ def test_sparse_evaluation_metric_forecasts_with_a_wide_interval(model):
     lo, hi = fc.final.interval(0.9)
     assert lo <= sparse.rewards[-1] <= hi
     assert hi - lo > np.subtract(*dense.final.interval(0.9)[::-1])  # three values leave more doubt than 150
+
+
+def test_a_function_that_never_scored_is_constant_and_neither_forecast_nor_drawn(model, tmp_path, capsys):
+    """Issue 48, item 9: a reward function at 0 on every step was called "saturated: no spread left" and drawn on a 1e-8 axis."""
+    steps = np.arange(1, 101)
+    acc = np.clip(0.1 + 0.004 * steps + np.random.default_rng(0).normal(0, 0.03, steps.size), 0, 1)
+    frame = pd.DataFrame({
+        "step": steps, "reward": acc, "reward_std": np.full(steps.size, 0.4),
+        "rewards/acc/mean": acc, "rewards/acc/std": np.full(steps.size, 0.4),
+        "rewards/never/mean": np.zeros(steps.size), "rewards/never/std": np.zeros(steps.size),
+    })  # fmt: skip
+    acc_fc, never = forecast_components(model, bg.read_log(frame, total_steps=300), seed=0)
+    assert never.constant and never.forecast is None and never.level == 0.0
+    assert not never.saturated and "never scored" in never.status and "no spread left" not in never.status
+    assert not acc_fc.constant and acc_fc.forecast is not None
+    figure = plot_components([acc_fc, never], Figure())
+    assert sum(ax.get_visible() for ax in figure.axes) == 1  # only the function that moved is drawn
+
+    log = tmp_path / "never.csv"
+    frame.to_csv(log, index=False)
+    plot = tmp_path / "fan.png"
+    assert main(["forecast", str(log), "--total-steps", "300", "--components", "--rows", "2", "--plot", str(plot)]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("  never "))
+    assert "constant: never scored" in row and "saturated" not in row and "final" not in row
+    assert re.search(r"^  acc +now .* still moving$", out, re.M)
+    assert (tmp_path / "fan-components.png").stat().st_size > 0

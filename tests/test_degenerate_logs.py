@@ -28,7 +28,7 @@ def test_a_flat_log_without_a_range_keeps_training_and_says_why():
 
 def test_a_flat_log_on_a_declared_range_is_judged_on_the_range():
     decision = bg.default_model().stop_decision(_constant(), seed=0, reward_range=(0.0, 1.0))
-    assert decision.scale == 1.0 and "0.02 x 1 reward" in decision.explain()
+    assert decision.scale == 1.0 and "less than 0.02 more reward is to come (2% of the reward range, 1;" in decision.explain()
 
 
 @pytest.mark.parametrize("probability,words", [(0.02, "cannot rule out a rise"), (0.8, "still rising")])

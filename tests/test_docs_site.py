@@ -118,7 +118,58 @@ def test_docstrings_render_without_roles_or_doctest_directives():
     left = {path: re.findall(r":\w+:`[^`]*`|doctest:", text) for path, text in texts.items()}
     assert not {path: found for path, found in left.items() if found}
     linked = "\n".join(texts.values())
-    assert '<autoref identifier="bayes_grpo.forecast.Forecast" optional>' in linked
+    assert '<autoref identifier="bayes_grpo.forecast.result.Forecast" optional>' in linked  # resolved to where the class lives
     examples = griffe.load("bayes_grpo.model", extensions=griffe.load_extensions(extension.SphinxDocstrings))["FittedModel.forecast"]
     kinds = [section.kind.value for section in examples.docstring.parse("numpy")]
     assert "examples" in kinds
+
+
+# ---------------------------------------------------------------- the built site's search
+
+
+@pytest.fixture(scope="module")
+def search_index(tmp_path_factory) -> list[dict]:
+    """The search index of the site as ``.ci/run`` builds it (``mkdocs build --strict``; the notebooks
+    come from the build's cache in ``.cache/notebooks``, or are executed, a few minutes)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    site = tmp_path_factory.mktemp("site")
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=REPO, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads((site / "search" / "search_index.json").read_text(encoding="utf-8"))["docs"]
+
+
+def _naive_score(entry: dict, query: str) -> float:
+    """A plain stand-in for the site's search: query words (prefix match, as stemming would) found in the
+    title count 10, in the text 1, times the page's boost."""
+    words = [w for w in query.lower().split() if w not in {"my", "i", "do", "how", "the", "a"}]
+    title, text = entry["title"].lower(), entry["text"].lower()
+    score = sum(10 * bool(re.search(rf"\b{w}", title)) + bool(re.search(rf"\b{w}", text)) for w in words)
+    return score * entry.get("boost", 1)
+
+
+@pytest.mark.slow
+def test_search_index_holds_no_notebook_chrome(search_index):
+    chrome = [e["location"] for e in search_index if "Copied!" in e["text"] or re.search(r"\b(In|Out)\s?\[\d*\]:", e["text"])]
+    assert not chrome, f"notebook prompts or copy-button text indexed: {chrome}"
+    import nbformat
+
+    for notebook in sorted((REPO / "notebooks").glob("*.ipynb")):  # each cell's code is indexed once, not twice
+        indexed = " ".join(e["text"] for e in search_index if e["location"].startswith(f"notebooks/{notebook.stem}/"))
+        firsts = [c.source.strip().split("\n")[0] for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
+        for line in {f for f in firsts if len(f) > 20 and not set("<>&\"'") & set(f)}:
+            assert indexed.count(line) <= firsts.count(line), f"{notebook.name}: {line!r} indexed {indexed.count(line)} times"
+
+
+@pytest.mark.slow
+def test_search_for_stopping_early_finds_the_guides_before_the_api(search_index):
+    ranked = sorted(search_index, key=lambda e: -_naive_score(e, "stop my run early"))
+    guides = [i for i, e in enumerate(ranked) if e["location"].startswith(("guide/callback/", "guide/stopping/"))]
+    api = [i for i, e in enumerate(ranked) if e["location"].startswith("api/")]
+    assert guides and api and guides[0] < api[0], [(e["location"], _naive_score(e, "stop my run early")) for e in ranked[:8]]

@@ -16,8 +16,10 @@ import bayes_grpo as bg
 from bayes_grpo.config import ModelConfig, SamplerConfig, merge
 from bayes_grpo.curves import fit_paper_law, reward_curve
 from bayes_grpo.errors import ModelError
-from bayes_grpo.model import DEFAULT_MODEL_PATH, FORMAT_ATTR, FORMAT_VERSION, NON_CENTRED_TARGET_ACCEPT, target_accept
-from bayes_grpo.population import MIXED_MIN_RUNS, MODEL_VERSION, OFFSETS, SHEARED_GAIN, build_model, resolve_parameterisation
+from bayes_grpo.model import DEFAULT_MODEL_PATH, FORMAT_ATTR, FORMAT_VERSION
+from bayes_grpo.sampling import NON_CENTRED_TARGET_ACCEPT, target_accept
+from bayes_grpo.population import MIXED_MIN_RUNS, MODEL_VERSION, OFFSETS, SHEARED_GAIN
+from bayes_grpo.pymc_model import build_model, resolve_parameterisation
 from bayes_grpo.prepare import LONG_PLAN_FACTOR, prepare_run
 from evaluation.settings import shared_runs_dir
 

@@ -50,6 +50,18 @@ def _error(message: object) -> None:
     print(f"{PROG}: error: {_one_line(message)}", file=sys.stderr)
 
 
+def _progress_bars() -> bool:
+    """Whether to show progress bars: only when stderr is a terminal.
+
+    Redirected to a file or captured (CI, ``2> log``), a bar's carriage returns and cursor
+    moves would garble the log, so commands pass this as ``progress=`` / ``progressbar=``.
+    """
+    try:
+        return bool(sys.stderr.isatty())
+    except (AttributeError, ValueError):  # no stderr, or a closed one
+        return False
+
+
 def _warn(message: object) -> None:
     """Print one warning line (newlines folded) to stderr."""
     print(f"{PROG}: warning: {_one_line(message)}", file=sys.stderr)

@@ -8,7 +8,7 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from bayes_grpo.cli._common import MIN_INFORMED_STEPS, MIN_SCALE_STEPS, _metric, _reward_range, _warn
+from bayes_grpo.cli._common import MIN_INFORMED_STEPS, MIN_SCALE_STEPS, _metric, _progress_bars, _reward_range, _warn
 from bayes_grpo.errors import BayesGrpoError
 from bayes_grpo.logs.plan import planned_length
 
@@ -97,6 +97,7 @@ def _fit(runs: RunSet, args: argparse.Namespace) -> FittedModel:
         model = fit(
             runs, model_config={"parameterisation": args.parameterisation}, form=args.form,
             draws=args.draws or quick, tune=args.tune or quick, chains=args.chains, seed=args.seed,
+            progressbar=_progress_bars(),  # no bar in a log file: PyMC's redraws garble it
         )  # fmt: skip
     for w in caught:
         if issubclass(w.category, RuntimeWarning) and "converged" in str(w.message):

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bayes_grpo.cli._common import EXIT_OK, _add_encoding_arg, _add_sampler_args, _positive_int, _probability
+from bayes_grpo.cli._common import EXIT_OK, _add_encoding_arg, _add_sampler_args, _positive_int, _probability, _progress_bars
 from bayes_grpo.cli._loading import _fit, _fit_time_estimate, _load_model, _load_runs
 from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE
 
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     saved = model.save(out / "model.nc")
     print(_demo_table(model, pick_runs(runs, args.shown), args.fraction, seed=args.seed))
     comparison = compare_forms(runs, progressbar=False)[0] if args.compare else None
-    path = write_report(model, runs, out / "report.html", quick=args.quick, comparison=comparison)
+    path = write_report(model, runs, out / "report.html", quick=args.quick, comparison=comparison, progress=_progress_bars())
     print(f"\nwrote {path} (open it in a browser) and the fitted model {saved}")
     return EXIT_OK
 
@@ -89,7 +89,7 @@ def _demo_table(model: FittedModel, runs: Sequence[RunLog], fraction: float, see
     from bayes_grpo.stopping import decision_from_forecast
 
     rows = []
-    for run in tqdm(runs, desc="forecasts", leave=False):
+    for run in tqdm(runs, desc="forecasts", leave=False, disable=not _progress_bars()):
         total = horizon(run)
         checks = _check_steps(run, fraction)
         decisions = []

@@ -8,7 +8,7 @@ import re
 import warnings
 from pathlib import Path
 
-from bayes_grpo.cli._common import EXIT_OK, _add_encoding_arg, _positive_int
+from bayes_grpo.cli._common import EXIT_OK, _add_encoding_arg, _positive_int, _progress_bars
 from bayes_grpo.cli._loading import _load_model, _load_runs
 from bayes_grpo.errors import BayesGrpoError
 
@@ -95,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
     results = read_results(args.results) if args.results else None
     model, runs = _load_model(args.model), _load_runs(args.runs, args.encoding)
     comparison = compare_forms(runs, progressbar=False)[0] if args.compare else None
-    path = write_report(model, runs, args.out, quick=args.quick, comparison=comparison, n_shown=args.shown, results=results)
+    path = write_report(
+        model, runs, args.out, quick=args.quick, comparison=comparison, n_shown=args.shown, results=results, progress=_progress_bars()
+    )
     print(f"wrote {path}")
     return EXIT_OK

@@ -142,7 +142,12 @@ class StopDecision:
             said = f": {self.detail}" if self.detail else f" ({self.reason})"
             return f"{verdict} at step {self.step} of {self.total_steps} by {self.rule}{said} ({gain}){saves}{keep}."
         side = "at or above" if self.probability >= self.threshold else "below"
-        scale_name = {"spread": "the logged reward spread", "range": "the reward range", "gain": "the gain so far"}.get(self.relative_to, "the reward scale")
+        if self.relative_to == "gain":
+            scale_name = "the gain so far"
+        elif self.relative_to == "spread" and np.isclose(self.scale, self.logged_spread):
+            scale_name = "the logged reward spread"
+        else:  # the declared range (also what a flat log on a declared range is judged on), or the logged 5-95% range
+            scale_name = "the reward range"
         plateau = (
             f"the curve levelled off near step {self.plateau_step:.0f}" if self.plateau_step <= self.step
             else f"plateau expected near step {self.plateau_step:.0f}"
