@@ -173,3 +173,32 @@ def test_search_for_stopping_early_finds_the_guides_before_the_api(search_index)
     guides = [i for i, e in enumerate(ranked) if e["location"].startswith(("guide/callback/", "guide/stopping/"))]
     api = [i for i, e in enumerate(ranked) if e["location"].startswith("api/")]
     assert guides and api and guides[0] < api[0], [(e["location"], _naive_score(e, "stop my run early")) for e in ranked[:8]]
+
+
+def _published_texts() -> dict[str, str]:
+    """Every page a reader meets: README, the docs' Markdown and the notebooks' generator."""
+    pages = {"README.md": (REPO / "README.md").read_text(encoding="utf-8")}
+    pages |= {str(p.relative_to(REPO)): p.read_text(encoding="utf-8") for p in DOCS.rglob("*.md") if "notes" not in p.parts}
+    pages["notebooks/make_notebooks.py"] = (REPO / "notebooks" / "make_notebooks.py").read_text(encoding="utf-8")
+    return pages
+
+
+def test_one_definition_of_the_final_reward():
+    """The final reward is the mean logged reward over the last 10% of the steps, everywhere (measures.final_reward)."""
+    for name, text in _published_texts().items():
+        assert "at the last planned step" not in text, name
+
+
+def test_the_first_examples_read_files_that_exist():
+    """README's tour and getting-started read a bundled run, not an outputs/ folder a newcomer does not have."""
+    for name in ("README.md", "docs/getting-started.md"):
+        text = (REPO / name).read_text(encoding="utf-8")
+        code = "\n".join(re.findall(r"```(?:python|console|bash)\n(.*?)```", text, flags=re.S))
+        assert "outputs/" not in code, name
+        for path in re.findall(r"data/runs/[\w.\-]+\.csv", code):
+            assert (REPO / path).is_file(), (name, path)
+
+
+def test_tensorboard_keys_are_documented_with_their_train_prefix():
+    for name in ("docs/guide/callback.md", "docs/guide/watch.md"):
+        assert "train/plateau/probability" in (REPO / name).read_text(encoding="utf-8"), name

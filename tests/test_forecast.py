@@ -299,7 +299,8 @@ def test_model_files_without_drift_df_keep_normal_paths(tmp_path, model) -> None
     """A model file written before drift_df existed is read with Normal paths, as it was fitted and calibrated."""
     path = model.save(tmp_path / "old.nc", full=False)
     with h5netcdf.File(path, "a") as handle:
-        handle.attrs.pop("recalibration", None)  # such a file had no calibration layer
+        handle.attrs.pop("recalibration", None)  # such a file had no calibration layer ...
+        handle.attrs.pop("sweep_coupling", None)  # ... and no stored sweep coupling
         config = json.loads(handle.attrs["model_config"])
         config.pop("drift_df")
         handle.attrs["model_config"] = json.dumps(config)

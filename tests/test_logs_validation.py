@@ -125,7 +125,7 @@ def test_total_steps_smaller_than_last_step(tmp_path):
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"params_b": -1.0}, "params_b"), ({"reward_range": (1.0, 0.0)}, "reward_range"), ({"total_steps": 0}, "positive")],
+    [({"params_b": -1.0}, "params_b"), ({"reward_range": (1.0, 0.0)}, "reward_range"), ({"total_steps": 0}, "total_steps must be a whole number >= 1")],
 )
 def test_bad_metadata_arguments(kwargs, match):
     with pytest.raises(bg.LogError, match=match):

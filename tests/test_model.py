@@ -130,7 +130,8 @@ def test_a_file_written_before_a_prior_setting_existed_is_read_with_its_old_prio
     path = tmp_path / "old.nc"
     shutil.copyfile(DEFAULT_MODEL_PATH, path)
     with h5netcdf.File(path, "a") as handle:
-        handle.attrs.pop("recalibration", None)  # such a file had no calibration layer
+        handle.attrs.pop("recalibration", None)  # such a file had no calibration layer ...
+        handle.attrs.pop("sweep_coupling", None)  # ... and no stored sweep coupling
         stored = json.loads(handle.attrs["model_config"])
         for name in ("spread_prior", "fixed_start_sd"):
             stored["priors"].pop(name)
