@@ -119,6 +119,9 @@ FORECAST_VARIANTS = {
     "bayes_grpo ForecastPruner (from 50%, patience 1: min_fraction=0.5, patience=1)": {"min_fraction": 0.5, "patience": 1},
     "bayes_grpo ForecastPruner (checks every 5%, patience 1: check_interval=0.05, patience=1)": {"check_interval": 0.05, "patience": 1},
     "bayes_grpo ForecastPruner (forecast alone, patience 1: coupling=FORECAST_ALONE, patience=1)": {"coupling": FORECAST_ALONE, "patience": 1},
+    "bayes_grpo ForecastPruner on MedianPruner (base='median': 2 startup, 30% warm-up; veto 0.2)": {"base": "median", "veto": 0.2},
+    "bayes_grpo ForecastPruner on MedianPruner (base='median'; veto 0.1)": {"base": "median", "veto": 0.1},
+    "bayes_grpo ForecastPruner on MedianPruner (base='median'; veto 0.05)": {"base": "median", "veto": 0.05},
 }
 
 
@@ -152,9 +155,9 @@ class RecordingPruner(ForecastPruner):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.checks: list[dict] = []
 
-    def beat_probability(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> tuple[float, float] | None:
+    def beat_probability(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, force: bool = False) -> tuple[float, float] | None:
         started = time.perf_counter()
-        result = super().beat_probability(study, trial)
+        result = super().beat_probability(study, trial, force=force)
         if result is not None:
             self.checks.append({"number": trial.number, "step": trial.last_step, "p_beats": result[0], "bar": result[1], "seconds": time.perf_counter() - started})
         return result

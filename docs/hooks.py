@@ -97,6 +97,8 @@ def figures() -> dict[str, str]:
         "from50": "bayes_grpo ForecastPruner (from 50%: ", "alone": "bayes_grpo ForecastPruner (forecast alone",
         "median": "Optuna MedianPruner (2 startup trials, 30% warm-up)",
         "halving": "Optuna SuccessiveHalvingPruner", "hyperband": "Optuna HyperbandPruner",
+        "on_median": "bayes_grpo ForecastPruner on MedianPruner (base='median'; veto 0.1)",
+        "on_median_20": "bayes_grpo ForecastPruner on MedianPruner (base='median': 2 startup, 30% warm-up; veto 0.2)",
     }.items():  # fmt: skip
         row = sweeps[sweeps["pruner"].str.startswith(prefix)].iloc[0]
         found[f"sweeps.{key}.saved"] = f"{row['steps saved']:.0%}"

@@ -198,3 +198,35 @@ def test_divergence_is_read_from_the_latest_report_alone(values: list[float]) ->
     study = optuna.create_study(direction="maximize")
     frozen = optuna.trial.create_trial(state=optuna.trial.TrialState.RUNNING, intermediate_values=dict(enumerate(values)))
     assert ForecastPruner(total_steps=TOTAL).prune(study, frozen) is (not math.isfinite(values[-1]))
+
+
+# ------------------------------------------------------------------ 6. composed with an Optuna pruner
+
+
+class _AlwaysProposes(optuna.pruners.BasePruner):
+    """A base pruner that proposes to prune every trial at every step after a warm-up of 30 steps (so only the
+    forecast's veto keeps a trial)."""
+
+    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        return (trial.last_step or 0) >= 30
+
+
+def test_a_composed_base_proposes_and_the_forecast_vetoes_a_trial_that_can_still_win(model: bg.FittedModel) -> None:
+    pruner = ForecastPruner(model, total_steps=TOTAL, check_interval=0.1, base=_AlwaysProposes(), veto=0.2)
+    study = optuna.create_study(direction="maximize", pruner=pruner)
+    _finished(study, _saturating(0.5, 15, seed=0))
+    assert _train(study, _saturating(0.9, 15, seed=1)) is None  # ahead of the bar: every proposal vetoed, trained to the end
+    pruned = _train(study, _saturating(0.1, 15, seed=2))
+    assert pruned == 30  # hopeless: the first proposal stands
+
+
+def test_base_median_is_optunas_median_pruner_with_a_warm_up_of_30_percent_of_the_plan(model: bg.FittedModel) -> None:
+    pruner = ForecastPruner(model, total_steps=TOTAL, base="median")
+    study = optuna.create_study(direction="maximize", pruner=pruner)
+    trial = study.ask()
+    median = pruner._base_pruner(study.trials[-1])
+    assert isinstance(median, optuna.pruners.MedianPruner) and median._n_warmup_steps == 30 and median._n_startup_trials == 2
+    assert ForecastPruner(model, total_steps=TOTAL).base is None  # the forecast's rule alone, as before
+    with pytest.raises(bg.BayesGrpoError, match="base must be an Optuna pruner"):
+        ForecastPruner(model, base="percentile")
+    del trial
