@@ -12,7 +12,7 @@ importing the package stays light.
 from __future__ import annotations
 
 import os
-import tempfile
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -188,27 +188,18 @@ def figure_pixels(figure: Figure) -> np.ndarray:
     return np.asarray(canvas.buffer_rgba())[..., :3].copy()
 
 
-def _umask() -> int:
-    current = os.umask(0)
-    os.umask(current)
-    return current
-
-
 def save_figure(figure: Any, path: str | os.PathLike, dpi: int = 120) -> Path:
     """Write ``figure`` to ``path`` through a temporary file, so a viewer never sees half an image.
 
-    The file gets the permissions any new file would (``0o666`` less the umask), not the
-    temporary file's private ``0o600``.
+    The temporary file is created by ``savefig`` itself (not ``mkstemp``, whose files are private
+    ``0o600``), so the image gets the permissions of any new file: ``0o666`` less the umask.
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(suffix=target.suffix, dir=target.parent, prefix=f".{target.stem}-")
-    os.close(handle)
+    temporary = target.parent / f".{target.stem}-{uuid.uuid4().hex}{target.suffix}"
     try:
         figure.savefig(temporary, dpi=dpi)
-        os.chmod(temporary, 0o666 & ~_umask())
         os.replace(temporary, target)
     finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
+        temporary.unlink(missing_ok=True)
     return target

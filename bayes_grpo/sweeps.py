@@ -660,15 +660,11 @@ def _check_runs(runs: Sequence[Any]) -> None:
 
 def _planned_length(runs: Sequence[RunLog], total_steps: int | None) -> int:
     """The one planned length the runs are compared at (given, else their metadata's, which must agree)."""
-    if total_steps is None:
-        plans = {run.run_id: planned_length(run.total_steps, run.last_step, f"run {run.run_id!r}") for run in runs}
-        if len(set(plans.values())) > 1:
-            shown = ", ".join(f"{run_id}: {plan}" for run_id, plan in plans.items())
-            raise PlanError(f"the runs plan different lengths ({shown}); pass total_steps= to compare their final rewards at one length")
-        total_steps = next(iter(plans.values()))
-    for run in runs:
-        planned_length(total_steps, run.last_step, f"run {run.run_id!r}")
-    return int(total_steps)
+    plans = {run.run_id: planned_length(run.total_steps if total_steps is None else total_steps, run.last_step, f"run {run.run_id!r}") for run in runs}
+    if len(set(plans.values())) > 1:
+        shown = ", ".join(f"{run_id}: {plan}" for run_id, plan in plans.items())
+        raise PlanError(f"the runs plan different lengths ({shown}); pass total_steps= to compare their final rewards at one length")
+    return next(iter(plans.values()))
 
 
 def _run_seed(seed: int, run_id: str) -> int:

@@ -216,6 +216,7 @@ def decision(
     rule: str,
     detail: str = "",
     evidence: StopEvidence | None = None,
+    scale: float | None = None,
     threshold: float = STOP_THRESHOLD,
     tolerance: float = STOP_TOLERANCE,
     relative_to: RelativeTo = "spread",
@@ -243,6 +244,8 @@ def decision(
         Words for a reason outside :data:`Reason`.
     evidence : StopEvidence, optional
         Already computed (:func:`~bayes_grpo.stopping.evidence.stop_evidence`); computed here otherwise.
+    scale : float, optional
+        The reward scale ``tolerance`` multiplies, when the rule already has it (:func:`~bayes_grpo.stopping.evidence.reward_scale`).
     threshold, tolerance, relative_to
         The settings the reported probabilities use.
     value_of_gain, cost_of_rest, optimal_stop_step
@@ -254,7 +257,7 @@ def decision(
     """
     evidence = evidence if evidence is not None else stop_evidence(fc)
     step, total, gain = evidence.step, evidence.total_steps, evidence.gain
-    scale = reward_scale(fc, relative_to)
+    scale = reward_scale(fc, relative_to) if scale is None else scale
     return StopDecision(
         probability=evidence.probability(tolerance, scale),
         expected_gain=float(gain.mean()),

@@ -70,7 +70,7 @@ class PlateauRule(StopRule):
         scale = reward_scale(forecast, self.relative_to)
         reason = stop_reason(evidence, threshold=self.threshold, tolerance=self.tolerance, min_fraction=self.min_fraction, scale=scale)
         return decision(
-            forecast, should_stop=reason in STOP_REASONS, reason=reason, rule=type(self).__name__, evidence=evidence,
+            forecast, should_stop=reason in STOP_REASONS, reason=reason, rule=type(self).__name__, evidence=evidence, scale=scale,
             threshold=self.threshold, tolerance=self.tolerance, relative_to=self.relative_to,
         )  # fmt: skip
 
