@@ -428,10 +428,19 @@ def load_model(path: str | os.PathLike) -> FittedModel:
         diagnostics=FitDiagnostics(**diagnostics) if diagnostics else None,
     )
     if "recalibration" in attrs:
-        layer = Recalibration.from_json(attrs["recalibration"])
+        try:
+            layer = Recalibration.from_json(attrs["recalibration"])
+        except ModelError as error:
+            warnings.warn(f"{file}: {error}; its forecasts are the raw model's until then", UserWarning, stacklevel=2)
+            return _with_coupling(model, attrs, file)
         if layer.fit_id != model.fit_id:
             raise ModelError(f"{file}: its calibration layer was learned for fit {layer.fit_id}, not this file's fit {model.fit_id}; relearn it")
         model.recalibration = layer
+    return _with_coupling(model, attrs, file)
+
+
+def _with_coupling(model: FittedModel, attrs: Mapping[str, Any], file: Any) -> FittedModel:
+    """The model with the sweep coupling stored in its file's attributes, if any."""
     if "sweep_coupling" in attrs:
         coupling, measured_for = SweepCoupling.from_json(attrs["sweep_coupling"])
         if measured_for != model.fit_id:

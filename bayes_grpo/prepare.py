@@ -256,6 +256,18 @@ def frozen_after_start(run: RunLog) -> bool:
     return rewards.size >= 10 and np.ptp(rewards[rewards.size // 10 :]) == 0.0
 
 
+def metric_spread(run: RunLog) -> np.ndarray | None:
+    """The within-group spread of the metric a run's ``reward`` column holds, in its units: ``reward_std`` for the summed
+    reward, ``rewards/<fn>/std`` for a reward function's mean (``read_log(metric=...)``); None for other metrics
+    (an evaluation has no groups). The summed reward's spread is not in a function's units, so it never stands in."""
+    metric = run.metric
+    if metric == "reward":
+        return run.signal("reward_std")
+    if metric.startswith("rewards/") and metric.endswith("/mean"):
+        return run.signal(metric[: -len("/mean")] + "/std")
+    return None
+
+
 def learning_signal(steps: np.ndarray, rewards: np.ndarray, reward_std: np.ndarray | None, total_steps: int) -> float:
     """Standardised log relative spread of the completions' rewards early in the run (module docstring).
 
@@ -375,8 +387,8 @@ def prepare_run(
     else:
         initial_cov = 0.0
     log10_size = float(np.log10(params_b)) if params_b and params_b > 0 else float("nan")
-    reward_std = run.signal("reward_std") if run is not None else None  # NaN where not logged
-    zero_share = run.signal("frac_reward_zero_std") if run is not None else None
+    reward_std = metric_spread(run) if run is not None else None  # NaN where not logged
+    zero_share = run.signal("frac_reward_zero_std") if run is not None and run.metric == "reward" else None
     return PreparedRun(
         run_id=run_id,
         family=normalise_family(family) if isinstance(family, str) else None,

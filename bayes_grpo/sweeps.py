@@ -39,6 +39,13 @@ uncertainty. Joint finals are kept within :func:`sweep_bounds` (the declared rew
 range, else a spread beyond the rewards the sweep's runs have logged), never narrower
 than a run's own forecast (its 1-99% quantiles). :data:`FORECAST_ALONE` (``coupling=FORECAST_ALONE``)
 draws every run independently from its forecast as it is.
+
+**rank and forecast agree.** :func:`rank` forecasts every run as :func:`bayes_grpo.forecast.forecast`
+does, through the model's calibration layer (:mod:`bayes_grpo.recalibration`), which already puts
+real finals where they land; ``G`` is then the standard normal (:meth:`SweepCoupling.for_calibrated`)
+and only the shared share ``rho`` remains, so with no finished run a run's final in the ranking is
+drawn from exactly its forecast. ``calibrated=False`` ranks on the raw forecasts through ``G``, which
+is what the Optuna pruner does (its probabilities of ending above a bar were tuned on those).
 """
 
 from __future__ import annotations
@@ -238,6 +245,16 @@ class SweepCoupling:
             finals[:, i] = ScoreMap.from_draws(draws).bounded_value(z[:, i], *bounds)
         return finals, z
 
+    def for_calibrated(self) -> SweepCoupling:
+        """The coupling of calibrated forecasts: the same shared share ``rho``, with standard normal scores ``G``.
+
+        A calibrated forecast already places real finals where they land (its layer was learned on the same
+        kind of held-out misses ``G`` describes), so its draws are kept as they are and only how a sweep's
+        runs miss together remains: with no finished run, each run's marginal is its forecast.
+        """
+        standard = tuple(float(v) for v in norm.ppf(COUPLING_LEVELS))
+        return SweepCoupling(self.fractions, tuple(standard for _ in self.fractions), self.correlation)
+
     def to_json(self, fit_id: str) -> str:
         """JSON of the coupling and the id of the fit it was measured for (stored in the model file)."""
         return json.dumps({"fractions": self.fractions, "score_quantiles": self.score_quantiles, "correlation": self.correlation, "fit_id": fit_id})
@@ -406,8 +423,9 @@ class Ranking:
 
     @property
     def table(self) -> pd.DataFrame:
-        """One row per run, best first: ``run_id, step, total_steps, finished, mean, q05, q50, q95, p_best``
-        (and ``p_beats`` when :func:`rank` was given ``beat``)."""
+        """One row per run, best first (by the median final ``q50``, the point forecast; ties by ``p_best``):
+        ``run_id, step, total_steps, finished, mean, q05, q50, q95, p_best`` (and ``p_beats`` when :func:`rank` was
+        given ``beat``)."""
         quantiles = np.quantile(self.finals, TABLE_QUANTILES, axis=0)
         frame = pd.DataFrame(
             {
@@ -422,7 +440,9 @@ class Ranking:
         )
         if self.beat is not None:
             frame["p_beats"] = self.p_beats(self.beat).to_numpy()
-        return frame.sort_values(["p_best", "mean"], ascending=False, kind="stable").reset_index(drop=True)
+        # Best first by the median final (the point forecast): on the shared real sweeps its order agreed with the runs'
+        # final order more often than p_best's (benchmarks/results/backtest_sweeps.md), whose draws favour wide forecasts.
+        return frame.sort_values(["q50", "p_best"], ascending=False, kind="stable").reset_index(drop=True)
 
     def trajectories(self, run_id: str) -> np.ndarray:
         """The joint draws' trajectories of one run on its forecast grid: (n_joint_draws, grid size): for each joint draw,
@@ -500,6 +520,7 @@ def rank(
     params_b: float | None = None,
     beat: float | None = None,
     coupling: SweepCoupling | None = None,
+    calibrated: bool = True,
     n_draws: int = RANK_FORECAST_DRAWS,
     joint_draws: int = JOINT_DRAWS,
     seed: int = 0,
@@ -524,6 +545,12 @@ def rank(
         How the runs' forecasts miss together; default the model's own (:func:`model_coupling`: measured
         on real runs for the shipped model and stored in its file); :data:`FORECAST_ALONE` draws each
         run independently from its forecast as it is.
+    calibrated : bool
+        Forecast through the model's calibration layer, as :func:`bayes_grpo.forecast.forecast` does by default
+        (then the coupling ties the runs with its shared share only, :meth:`SweepCoupling.for_calibrated`, and with no
+        finished run each run's final is drawn from exactly its forecast). False: the raw forecasts, drawn through the
+        coupling's distribution of real misses (what :class:`~bayes_grpo.integrations.optuna.ForecastPruner` does). A
+        model without a layer gives raw forecasts either way, and they are drawn through that distribution.
     n_draws : int
         Forecast draws per run.
     joint_draws : int
@@ -561,10 +588,10 @@ def rank(
             raise ModelError(f"{name} must be a whole number of at least 2, got {value!r}")
     total = _planned_length(runs, total_steps)
     finished = np.array([run.last_step >= total for run in runs])
-    # The sweep coupling is the ranking's calibration: measured on the model's own forecasts (the distribution of
-    # real misses, the model's sweep_coupling), so it draws from those, not from forecasts through the model's calibration layer.
-    options = {"total_steps": total, "family": family, "params_b": params_b, "n_draws": n_draws, "calibrated": False}
+    options = {"total_steps": total, "family": family, "params_b": params_b, "n_draws": n_draws, "calibrated": bool(calibrated)}
     forecasts = _forecast_runs(model, runs, options, seed, n_jobs)
+    if all(fc.calibrated for fc in forecasts):  # the layer is the calibration: keep each forecast as it is
+        coupling = coupling.for_calibrated()
     going = sorted((i for i in range(len(runs)) if not finished[i]), key=lambda i: runs[i].run_id)  # by id: any order of the runs gives one ranking
     fraction = float(np.median([runs[i].last_step / total for i in going])) if going else 1.0
     done = sorted((run for run, is_done in zip(runs, finished) if is_done), key=lambda run: run.run_id)

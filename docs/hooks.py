@@ -20,7 +20,6 @@ import hashlib
 import io
 import os
 import re
-import textwrap
 from functools import cache
 from pathlib import Path
 
@@ -36,7 +35,7 @@ EXECUTED = ROOT / ".cache" / "notebooks"
 PLACEHOLDER = re.compile(r"\{\{\s*([\w.]+)\s*\}\}")
 SPHINX_ROLE = re.compile(r":(?:func|class|data|attr|meth|mod|exc|obj|const):`~?([^`]+)`")
 #: Results pages whose benchmark writes no figure: the figure drawn here from its CSV.
-DRAWN_FIGURES = {"shapes": "shapes.png", "backtest_sweeps": "backtest_sweeps.png"}
+DRAWN_FIGURES = {"shapes": "shapes.png"}
 REAL_CAPPED = "real runs, source-capped (each source counts as at most 3 runs)"
 
 
@@ -64,6 +63,7 @@ def figures() -> dict[str, str]:
         "model.min_ess": f"{diagnostics.min_ess_bulk:.0f}",
         "model.divergences": f"{diagnostics.divergences}",
         "model.draws": f"{model.sampler_config.chains} × {model.sampler_config.draws:,}",
+        "layer.beta": f"{model.recalibration.beta:.2f}" if model.recalibration is not None else "(no layer)",
     }
     calibration = pd.read_csv(RESULTS / "calibration.csv")
     capped = calibration[calibration["set"] == REAL_CAPPED].set_index("fraction").sort_index()
@@ -93,12 +93,11 @@ def figures() -> dict[str, str]:
     found["components.sparse.runs"] = f"{int(sparse['runs'].max())}"
     sweeps = pd.read_csv(RESULTS / "backtest_sweeps.csv")
     for key, prefix in {
-        "default": "bayes_grpo ForecastPruner (defaults", "patience1": "bayes_grpo ForecastPruner (patience 1: ",
-        "from50": "bayes_grpo ForecastPruner (from 50%: ", "alone": "bayes_grpo ForecastPruner (forecast alone",
+        "default": "bayes_grpo ForecastPruner (defaults", "veto20": "bayes_grpo ForecastPruner on MedianPruner, veto 0.2",
+        "alone": "bayes_grpo ForecastPruner alone (base=None", "patience1": "bayes_grpo ForecastPruner alone, patience 1",
+        "from50": "bayes_grpo ForecastPruner alone, from 50%", "independent": "bayes_grpo ForecastPruner alone, forecast alone",
         "median": "Optuna MedianPruner (2 startup trials, 30% warm-up)",
         "halving": "Optuna SuccessiveHalvingPruner", "hyperband": "Optuna HyperbandPruner",
-        "on_median": "bayes_grpo ForecastPruner on MedianPruner (base='median'; veto 0.1)",
-        "on_median_20": "bayes_grpo ForecastPruner on MedianPruner (base='median': 2 startup, 30% warm-up; veto 0.2)",
     }.items():  # fmt: skip
         row = sweeps[sweeps["pruner"].str.startswith(prefix)].iloc[0]
         found[f"sweeps.{key}.saved"] = f"{row['steps saved']:.0%}"
@@ -201,26 +200,7 @@ def shapes_figure() -> bytes:
     return _png(fig)
 
 
-def sweeps_figure() -> bytes:
-    """Steps saved and replays with regret <= 0.05, one bar each per pruner."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    table = pd.read_csv(RESULTS / "backtest_sweeps.csv").iloc[::-1]
-    names = [textwrap.fill(name, 48) for name in table["pruner"]]
-    fig, (saved, safe) = plt.subplots(1, 2, figsize=(11, 0.55 * len(table) + 1), sharey=True)
-    saved.barh(names, table["steps saved"], color="C0")
-    saved.set(xlabel="mean share of steps saved")
-    safe.barh(names, table["regret <= 0.05"], color="C2")
-    safe.set(xlabel="replays with regret <= 0.05", xlim=(0, 1))
-    saved.tick_params(axis="y", labelsize=8)
-    fig.tight_layout()
-    return _png(fig)
-
-
-DRAW = {"shapes": shapes_figure, "backtest_sweeps": sweeps_figure}
+DRAW = {"shapes": shapes_figure}
 
 
 # ---------------------------------------------------------------------- events

@@ -289,7 +289,7 @@ total = sweep[0].total_steps
 truth = pd.Series({r.run_id: smoothed(r.steps, r.rewards)[-1] for r in sweep}, name="smoothed final")
 print(f"{len(sweep)} runs planned for {total} steps")""",
     "## Rank it at 30% of its steps\n\nEvery run cut at 30% of its planned steps, as a sweep run in parallel looks "
-    "then. The table is sorted by `p_best`; the last column is what really happened.",
+    "then. Each run is forecast as `model.forecast` would (through the calibration layer); the table is sorted by the median final `q50` (the point forecast), `p_best` beside it; the last column is what really happened.",
     """model = bg.default_model()
 ranking = model.rank([cut(r, 0.3, total) for r in sweep], total_steps=total, beat=float(truth.median()))
 ranking.table.assign(truth=lambda t: t["run_id"].map(truth))""",
@@ -299,12 +299,14 @@ ranking.table.assign(truth=lambda t: t["run_id"].map(truth))""",
 pd.DataFrame({f"> {v:.2f}": ranking.p_beats(v) for v in values})""",
     "## Prune it with Optuna\n\nThe sweep replayed as an Optuna study: one trial per run, in a random order, each "
     "reporting its logged reward step by step (`trial.report(reward, step)`) and asking `trial.should_prune()`. The "
-    "trial's planned length comes from its user attribute `total_steps`. `ForecastPruner` checks every "
-    "`check_interval` of the plan from `min_fraction` (30% of the plan) on, here every 10% to keep the notebook "
-    "quick, and prunes when the probability of ending above the best other trial's final is below 5% at two checks "
-    "in a row (`patience=2`). The study is one sweep: the trials' forecasts are drawn jointly, and the finished "
-    "trials tell how this recipe's runs end against their forecasts. Optuna's `MedianPruner`, with the same warm-up "
-    "of 30% of the plan and 2 startup trials, replays the same order.",
+    "trial's planned length comes from its user attribute `total_steps`. By default `ForecastPruner` composes with "
+    "Optuna's median pruner (2 startup trials, a warm-up of 30% of the plan): the median pruner proposes, and the "
+    "forecast vetoes a trial whose chance of ending above the best other trial is still at least 10%. The forecast's "
+    "own rule checks every `check_interval` of the plan from `min_fraction` (30% of the plan) on, here every 10% to "
+    "keep the notebook quick, and prunes when the probability of ending above the best other trial's final is below "
+    "5% at two checks in a row (`patience=2`). The study is one sweep: the trials' forecasts are drawn jointly, and "
+    "the finished trials tell how this recipe's runs end against their forecasts. Optuna's `MedianPruner` alone, with "
+    "the same warm-up and startup trials, and the forecast's rule alone (`base=None`) replay the same order.",
     """import optuna
 
 from bayes_grpo.integrations.optuna import ForecastPruner
@@ -334,6 +336,7 @@ def replay(pruner, order):
 order = np.random.default_rng(0).permutation(len(sweep))
 pruned = {
     "ForecastPruner": replay(ForecastPruner(model, check_interval=0.1), order),
+    "ForecastPruner(base=None)": replay(ForecastPruner(model, check_interval=0.1, base=None), order),
     "MedianPruner": replay(optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=int(0.3 * total)), order),
 }
 pruned["ForecastPruner"]""",

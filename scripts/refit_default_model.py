@@ -70,7 +70,7 @@ def calibration_layer(scores_csv: Path, model: bg.FittedModel) -> "Recalibration
     from evaluation.calibration import learn_layer
 
     scores = pd.read_csv(scores_csv)
-    if "yardstick" not in scores or set(scores.get("model_version", pd.Series(["?"])).astype(str)) != {MODEL_VERSION}:
+    if "signal_scale" not in scores or set(scores.get("model_version", pd.Series(["?"])).astype(str)) != {MODEL_VERSION}:
         raise SystemExit(f"{scores_csv}: not held-out forecasts of model {MODEL_VERSION}; rerun benchmarks/calibration.py first")
     return learn_layer(scores, fit_id=model.fit_id)
 
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         model.fitted_on = provenance(bundled, shared, external, set(model.fitted_on["runs"]), argv)
     if args.layer_from is not None:
         model.recalibration = calibration_layer(args.layer_from, model)
-        print(f"calibration layer from {args.layer_from}: offsets {model.recalibration.offsets}")
+        print(f"calibration layer from {args.layer_from}: beta {model.recalibration.beta}, offsets {model.recalibration.offsets}")
     if args.coupling_from is not None:
         model.sweep_coupling = SweepCoupling.from_table(pd.read_csv(args.coupling_from))
         print(f"sweep coupling from {args.coupling_from}: correlation {model.sweep_coupling.correlation}")

@@ -147,7 +147,7 @@ def test_a_running_trials_forecast_never_prunes_a_trial_that_leads_it(model: bg.
 
 
 def test_a_trial_without_a_planned_length_is_left_out_with_one_warning(model: bg.FittedModel, storage: str | None) -> None:
-    study = optuna.create_study(storage=storage, direction="maximize", pruner=ForecastPruner(model, check_interval=0.1, min_fraction=0.5, patience=1))
+    study = optuna.create_study(storage=storage, direction="maximize", pruner=ForecastPruner(model, check_interval=0.1, min_fraction=0.5, patience=1, base=None))
     _finished(study, _saturating(0.5, 15, seed=0))  # trial 0: no total_steps, and the pruner has no default
     _finished(study, _saturating(0.9, 15, seed=1), total_steps=TOTAL)
     trial = study.ask()
@@ -226,7 +226,8 @@ def test_base_median_is_optunas_median_pruner_with_a_warm_up_of_30_percent_of_th
     trial = study.ask()
     median = pruner._base_pruner(study.trials[-1])
     assert isinstance(median, optuna.pruners.MedianPruner) and median._n_warmup_steps == 30 and median._n_startup_trials == 2
-    assert ForecastPruner(model, total_steps=TOTAL).base is None  # the forecast's rule alone, as before
+    assert ForecastPruner(model, total_steps=TOTAL).base == "median"  # the default composes with it
+    assert ForecastPruner(model, total_steps=TOTAL, base=None)._base_pruner(study.trials[-1]) is None  # the forecast's rule alone
     with pytest.raises(bg.BayesGrpoError, match="base must be an Optuna pruner"):
         ForecastPruner(model, base="percentile")
     del trial

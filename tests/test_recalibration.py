@@ -1,9 +1,11 @@
-"""The calibration layer: learned offsets calibrate what they were learned on, move forecasts as the
-benchmark scores them, travel in the model file with the id of their fit, and leave the raw model reachable."""
+"""The calibration layer: learned from held-out forecasts it keeps the share of the predicted change that the
+median's error asks for and calibrates each level it was learned on, moves forecasts as the benchmark scores them,
+travels in the model file with the id of its fit, and leaves the raw model reachable."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import warnings
 
 import numpy as np
@@ -17,72 +19,92 @@ import bayes_grpo as bg
 from bayes_grpo import recalibration
 from bayes_grpo.errors import ModelError
 from bayes_grpo.prepare import prepare_run
-from bayes_grpo.recalibration import GROUPS, LEVELS, Recalibration, learn, learned_level, signal_group
+from bayes_grpo.recalibration import LEVELS, Recalibration, learn, learned_level
 
 
-def held_out_rows(n: int, seed: int) -> pd.DataFrame:
-    """Forecasts too narrow and too low where std_rel is high (late take-offs), as the raw model's are."""
+def held_out_rows(n: int, seed: int, realised: float = 0.5) -> pd.DataFrame:
+    """Forecasts that predict a change of which only ``realised`` comes true, too narrow where reward_std is high."""
     rng = np.random.default_rng(seed)
-    std_rel = np.exp(rng.normal(0, 1, n))
-    centre = rng.normal(0, 1, n)
-    truth = centre + rng.normal(0, 1, n) * (1 + std_rel) + 0.5 * std_rel
-    rows = {"truth": truth, "std_rel": std_rel, "yardstick": np.full(n, 1.0)}
-    for level in LEVELS:  # a forecast of unit spread around the centre: overconfident for high std_rel
-        rows[recalibration.latent_column(level)] = centre + norm.ppf(level) * 0.6
+    anchor = rng.normal(0, 1, n)
+    predicted = rng.normal(0, 1, n)
+    signal = np.exp(rng.normal(-1, 0.5, n))
+    truth = anchor + realised * predicted + rng.normal(0, 1, n) * (0.3 + signal)
+    rows = {"truth": truth, "spread": np.ones(n), "anchor": anchor, "ahead": np.full(n, 0.7), "width_ahead": np.full(n, 0.7), "signal_scale": signal}
+    for level in LEVELS:  # a forecast of its own narrow width around the predicted change
+        rows[recalibration.latent_column(level)] = anchor + predicted + norm.ppf(level) * 0.2
     return pd.DataFrame(rows)
 
 
-def test_offsets_calibrate_each_level_in_every_third_they_were_learned_on():
-    rows = held_out_rows(900, 0)
-    layer = learn(rows)
-    groups = rows["std_rel"].map(lambda v: signal_group(v, layer.edges))
-    for group in ("low", "high"):
-        part = rows[groups == group]
-        for level in (0.05, 0.5, 0.95):  # the outer levels with the margin sources need (3% and 97%)
-            moved = part[recalibration.latent_column(level)] + np.interp(level, LEVELS, layer.offsets[group]) * part["yardstick"]
-            assert np.mean(part["truth"] <= moved) == pytest.approx(learned_level(level), abs=0.02), (group, level)
-    # The open future (high std_rel) gets a wider and higher upper tail than the low half.
-    assert layer.offsets["high"][-1] > layer.offsets["low"][-1]
+def _moved(rows: pd.DataFrame, layer: Recalibration, level: float) -> np.ndarray:
+    """A level's quantile after the layer, as :meth:`Recalibration.apply` moves the final window."""
+    latent = rows[recalibration.latent_column(level)]
+    scale = layer.beta * rows["width_ahead"] + rows["ahead"] * rows["signal_scale"]
+    return rows["anchor"] + layer.beta * (latent - rows["anchor"]) + np.interp(level, LEVELS, layer.offsets) * scale
 
 
-def test_a_group_with_too_few_rows_takes_the_pooled_offsets():
-    rows = held_out_rows(120, 1)
-    rows.loc[:, "std_rel"] = np.where(np.arange(len(rows)) < 5, np.nan, rows["std_rel"])
+def test_beta_keeps_the_share_of_the_predicted_change_that_comes_true():
+    for realised in (0.3, 0.6, 1.0):
+        layer = learn(held_out_rows(3000, 0, realised))
+        assert layer.beta == pytest.approx(realised, abs=0.1), realised
+        assert layer.offsets[LEVELS.index(0.5)] == 0.0  # beta places the median
+
+
+def test_offsets_calibrate_each_level_they_were_learned_on_and_the_median_beats_persistence():
+    rows = held_out_rows(2000, 1)
     layer = learn(rows)
-    assert layer.learned_on["rows_per_group"]["unknown"] == 5
-    pooled = learn(rows.assign(std_rel=1.0)).offsets["low"]
-    assert layer.offsets["unknown"] == pytest.approx(pooled)
+    for level in LEVELS:
+        expected = 0.5 if level == 0.5 else learned_level(level)  # the outer levels with the margin sources need
+        assert np.mean(rows["truth"] <= _moved(rows, layer, level)) == pytest.approx(expected, abs=0.03), level
+    error = np.mean(np.abs(_moved(rows, layer, 0.5) - rows["truth"]))
+    assert error < np.mean(np.abs(rows["anchor"] - rows["truth"]))
+    assert error < np.mean(np.abs(rows[recalibration.latent_column(0.5)] - rows["truth"]))
+
+
+def test_learning_names_missing_columns_and_refuses_rows_without_steps_ahead():
+    rows = held_out_rows(50, 2)
+    with pytest.raises(ModelError, match="signal_scale"):
+        learn(rows.drop(columns="signal_scale"))
+    with pytest.raises(ModelError, match="steps ahead"):
+        learn(rows.assign(ahead=0.0))
 
 
 @settings(max_examples=60, deadline=None)
 @given(
     offsets=st.lists(st.floats(-3, 3), min_size=len(LEVELS), max_size=len(LEVELS)).map(sorted),
+    beta=st.floats(0, 1),
     seed=st.integers(0, 1000),
 )
-def test_applied_layer_moves_each_trajectory_by_one_offset_and_leaves_the_last_logged_level(offsets, seed):
+def test_applied_layer_draws_towards_persistence_moves_each_trajectory_by_one_offset_and_keeps_the_log(offsets, beta, seed):
     rng = np.random.default_rng(seed)
-    run = bg.read_log(pd.DataFrame({"step": np.arange(1, 31), "reward": rng.normal(0, 0.1, 30), "reward_std": np.full(30, 0.3)}), total_steps=100)
+    rewards = rng.normal(0, 0.1, 30)
+    run = bg.read_log(pd.DataFrame({"step": np.arange(1, 31), "reward": rewards, "reward_std": np.full(30, 0.3)}), total_steps=100)
     prepared = prepare_run(run)
-    layer = Recalibration(edges=(0.0,), offsets=dict.fromkeys(GROUPS, tuple(offsets)))
     steps = np.array([30.0, 50.0, 100.0])
     draws = rng.normal(0, 1, (200, steps.size)).cumsum(axis=1)
-    moved = layer.apply(draws, prepared, steps)
-    assert moved[:, 0] == pytest.approx(draws[:, 0])  # W = 0 at the last logged step
-    shift = moved - draws
-    moving = np.abs(shift[:, 2]) > 1e-9
-    ratios = shift[moving, 1] / shift[moving, 2]  # one offset per draw, times each step's yardstick: one ratio for all
+    moved = Recalibration(beta=beta, offsets=tuple(offsets)).apply(draws, prepared, steps)
+    assert moved[:, 0] == pytest.approx(draws[:, 0])  # the last logged step is not moved
+    anchor = float(np.mean(rewards[-recalibration.ANCHOR_POINTS :]))
+    drawn_in = anchor + beta * (draws - anchor)
+    shift = moved[:, 1:] - drawn_in[:, 1:]
+    moving = np.abs(shift[:, 1]) > 1e-9
+    ratios = shift[moving, 0] / shift[moving, 1]  # one offset per draw, times each step's yardstick: one ratio for all
     assert np.allclose(ratios, ratios[0]) if ratios.size else True
-    # Non-decreasing offsets keep the end level's order.
-    order = np.argsort(draws[:, -1])
+    order = np.argsort(draws[:, -1])  # non-decreasing offsets keep the end level's order
     assert np.all(np.diff(moved[order, -1]) >= -1e-9)
 
 
-def test_the_layer_moves_a_real_forecasts_final_window_by_the_offsets_it_learned(quick_model, few_runs):
+def test_without_offsets_and_with_beta_one_the_layer_changes_nothing():
+    run = bg.read_log(pd.DataFrame({"step": np.arange(1, 31), "reward": np.linspace(0, 1, 30)}), total_steps=100)
+    draws = np.random.default_rng(0).normal(0, 1, (100, 3))
+    steps = np.array([30.0, 60.0, 100.0])
+    assert Recalibration(beta=1.0, offsets=(0.0,) * len(LEVELS)).apply(draws, prepare_run(run), steps) == pytest.approx(draws)
+
+
+def test_the_layer_moves_a_real_forecasts_final_window_as_it_learned(quick_model, few_runs):
     """What the layer learns (truth against the draws' mean over the final window, per level) is what it moves."""
     run = few_runs[0]
     head, total = run.head(int(run.steps[len(run) // 3])), int(run.total_steps or run.steps[-1])
-    offsets = (-0.4, -0.1, 0.0, 0.2, 0.9)
-    layer = Recalibration(edges=(0.0,), offsets=dict.fromkeys(GROUPS, offsets))
+    layer = Recalibration(beta=0.6, offsets=(-0.4, -0.1, 0.0, 0.2, 0.9))
     model = dataclasses.replace(quick_model, recalibration=layer)
     window = run.steps[-max(1, len(run) // 10) :].astype(float)
     with warnings.catch_warnings():
@@ -90,14 +112,18 @@ def test_the_layer_moves_a_real_forecasts_final_window_by_the_offsets_it_learned
         raw = model.forecast(head, total_steps=total, seed=3, calibrated=False)
         moved = model.forecast(head, total_steps=total, seed=3)
     assert moved.calibrated and not raw.calibrated
+    terms = recalibration.window_terms(raw, window)
     before = np.quantile(raw.mean_over(raw.draws, window), LEVELS)
+    row = pd.DataFrame({**terms, **{recalibration.latent_column(p): [v] for p, v in zip(LEVELS, before)}}, index=[0])
+    expected = np.array([_moved(row, layer, p)[0] for p in LEVELS])
+    if raw.prepared.bounds:
+        expected = np.clip(expected, *raw.prepared.bounds)
     after = np.quantile(moved.mean_over(moved.draws, window), LEVELS)
-    expected = np.minimum(before + np.array(offsets) * recalibration.window_yardstick(raw, window), raw.prepared.bounds[1] if raw.prepared.bounds else np.inf)
     assert after == pytest.approx(expected, abs=0.05 * (before[-1] - before[0]) + 1e-9)
 
 
 def test_the_layer_is_saved_with_its_fit_id_and_refused_for_another_fit(quick_model, tmp_path):
-    layer = Recalibration(edges=(0.0,), offsets=dict.fromkeys(GROUPS, (-0.2, 0.0, 0.0, 0.1, 0.5)), fit_id=quick_model.fit_id)
+    layer = Recalibration(beta=0.55, offsets=(-0.2, 0.0, 0.0, 0.1, 0.5), fit_id=quick_model.fit_id)
     path = dataclasses.replace(quick_model, recalibration=layer).save(tmp_path / "m.nc", full=False)
     loaded = bg.load_model(path)
     assert loaded.recalibration == layer and loaded.fit_id == quick_model.fit_id
@@ -107,7 +133,15 @@ def test_the_layer_is_saved_with_its_fit_id_and_refused_for_another_fit(quick_mo
         bg.load_model(path)
 
 
+def test_a_layer_of_the_earlier_form_is_refused_and_a_file_holding_one_loads_raw_with_a_warning():
+    old = json.dumps({"edges": [0.0], "offsets": {"low": [0, 0, 0, 0, 1]}, "fit_id": "x"})
+    with pytest.raises(ModelError, match="relearn it"):
+        Recalibration.from_json(old)
+    with pytest.raises(ModelError, match="non-decreasing"):
+        Recalibration(beta=0.5, offsets=(1.0, 0.0, 0.0, 0.0, 0.0))
+
+
 def test_the_shipped_model_carries_a_layer_for_its_own_fit():
     model = bg.default_model()
     assert model.recalibration is not None and model.recalibration.fit_id == model.fit_id
-    assert model.recalibration.learned_on["sources"] >= 40
+    assert model.recalibration.learned_on["sources"] >= 40 and 0 < model.recalibration.beta < 1

@@ -34,9 +34,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "rank",
         help="rank the runs of a sweep by their forecast final reward (probability of ending best)",
-        description="Forecast every run of a sweep to --total-steps and print one row per run, best first: the step "
-        "it has reached, its forecast final reward (mean, q05, q50, q95) and p_best, the probability that it ends "
-        "highest of the runs given (from joint draws that share the population draws).",
+        description="Forecast every run of a sweep to --total-steps (as 'bayes-grpo forecast' does, calibrated) and print "
+        "one row per run, best first by the median final q50: the step it has reached, its forecast final reward (mean, "
+        "q05, q50, q95) and p_best, the probability that it ends highest of the runs given (from joint draws of the runs "
+        "as one sweep).",
     )
     parser.add_argument("logs", nargs="+", metavar="LOG", help="log files, folders of logs or glob patterns (quoted, e.g. 'runs/*.csv'); at least two runs")
     parser.add_argument("--at", type=_non_negative_int, metavar="STEP", help="rank the runs as they were at STEP")

@@ -126,12 +126,14 @@ class ForecastPruner(BasePruner):
     coupling : SweepCoupling, optional
         How the study's forecasts miss together (module docstring); default the model's own
         (:func:`bayes_grpo.sweeps.model_coupling`), :data:`bayes_grpo.sweeps.FORECAST_ALONE` trusts each forecast alone.
-    base : optuna BasePruner or "median", optional
+    base : optuna BasePruner, "median" or None
         A pruner to compose with, as Optuna's ``PatientPruner`` wraps one: when it proposes to prune, the
         forecast vetoes the proposal unless P(final > bar) is below ``veto`` (a take-off still ahead keeps the
-        trial). ``"median"``: Optuna's ``MedianPruner`` with 2 startup trials and a warm-up of 30% of each
-        trial's plan. The forecast's own rule (``threshold``, ``patience``) prunes as well. None (default):
-        the forecast's rule alone.
+        trial). ``"median"`` (default): Optuna's ``MedianPruner`` with 2 startup trials and a warm-up of 30% of
+        each trial's plan, the pruner users reach for: trials that trail the others at the same step rarely end
+        first, which the median pruner uses and the forecast alone does not. The forecast's own rule
+        (``threshold``, ``patience``) prunes as well. None: the forecast's rule alone (before 4.1 the default;
+        on the shared real sweeps it saved 0.7 times the steps of the composed default, never pruning the best run).
     veto : float
         With ``base``: the probability of ending beyond the bar at or above which a proposal is vetoed; in (0, 1).
         Default 0.1: on the shared real sweeps (``benchmarks/results/backtest_sweeps.md``), with ``base="median"``,
@@ -163,7 +165,7 @@ class ForecastPruner(BasePruner):
         seed: int = 0,
         coupling: SweepCoupling | None = None,
         patience: int = 2,
-        base: BasePruner | str | None = None,
+        base: BasePruner | str | None = "median",
         veto: float = 0.1,
     ) -> None:
         _require(model is None or callable(getattr(model, "forecast", None)), f"model must be a FittedModel (or None for the shipped one), got {model!r}")
