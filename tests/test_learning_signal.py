@@ -211,3 +211,19 @@ def test_a_model_file_of_another_major_version_says_to_refit(tmp_path):
         handle.attrs["fitted_on"] = json.dumps({**fitted_on, "model_version": "2.5"})
     with pytest.raises(bg.ModelError, match=rf"model 2\.5.*model {MODEL_VERSION}.*refit"):
         bg.load_model(path)
+
+
+def test_a_reward_function_is_forecast_with_its_own_spread_never_the_summed_rewards():
+    """Fit in the units you forecast in: a forecast of one reward function reads ``rewards/<fn>/std``; the summed reward's
+    ``reward_std`` (another unit) never stands in for it, and an evaluation metric has no group spread at all."""
+    steps = np.arange(1, 61)
+    table = pd.DataFrame({
+        "step": steps, "reward": np.linspace(0.2, 1.6, 60), "reward_std": np.full(60, 0.9),
+        "rewards/acc/mean": np.linspace(0.1, 0.8, 60), "rewards/acc/std": np.full(60, 0.3),
+        "rewards/fmt/mean": np.linspace(0.1, 0.8, 60), "eval_acc": np.linspace(0.1, 0.8, 60),
+    })  # fmt: skip
+    run = bg.read_log(table, total_steps=200)
+    assert prepare_run(run).recent_reward_std == pytest.approx(0.9)
+    assert prepare_run(run.with_metric("rewards/acc/mean")).recent_reward_std == pytest.approx(0.3)
+    assert np.isnan(prepare_run(run.with_metric("rewards/fmt/mean")).recent_reward_std)  # no rewards/fmt/std logged
+    assert np.isnan(prepare_run(run.with_metric("eval_acc")).recent_reward_std)

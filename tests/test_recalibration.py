@@ -8,6 +8,7 @@ import dataclasses
 import json
 import warnings
 
+import h5netcdf
 import numpy as np
 import pandas as pd
 import pytest
@@ -133,12 +134,19 @@ def test_the_layer_is_saved_with_its_fit_id_and_refused_for_another_fit(quick_mo
         bg.load_model(path)
 
 
-def test_a_layer_of_the_earlier_form_is_refused_and_a_file_holding_one_loads_raw_with_a_warning():
-    old = json.dumps({"edges": [0.0], "offsets": {"low": [0, 0, 0, 0, 1]}, "fit_id": "x"})
+def test_a_layer_of_the_earlier_form_is_refused_and_a_file_holding_one_loads_raw_with_a_warning(quick_model, tmp_path):
+    old = json.dumps({"edges": [0.0], "offsets": {"low": [0, 0, 0, 0, 1]}, "fit_id": quick_model.fit_id})
     with pytest.raises(ModelError, match="relearn it"):
         Recalibration.from_json(old)
     with pytest.raises(ModelError, match="non-decreasing"):
         Recalibration(beta=0.5, offsets=(1.0, 0.0, 0.0, 0.0, 0.0))
+    layer = Recalibration(beta=0.5, offsets=(-0.2, 0.0, 0.0, 0.1, 0.5), fit_id=quick_model.fit_id)
+    path = dataclasses.replace(quick_model, recalibration=layer).save(tmp_path / "m40.nc", full=False)
+    with h5netcdf.File(path, "a") as handle:
+        handle.attrs["recalibration"] = old
+    with pytest.warns(UserWarning, match="earlier bayes_grpo.*raw model's"):
+        loaded = bg.load_model(path)
+    assert loaded.recalibration is None and loaded.fit_id == quick_model.fit_id
 
 
 def test_the_shipped_model_carries_a_layer_for_its_own_fit():
