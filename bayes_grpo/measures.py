@@ -7,11 +7,12 @@ Definitions follow the project's evaluation protocol:
 
 * **final reward**: mean reward over the last 10% of logged steps;
 * **spread**: the 10-90% quantile range of the logged rewards;
+* **persistence**: the mean of the last 10 logged rewards;
 * **cut**: a run as it looked at a fraction of its planned total steps;
 * **smoothed**: Nadaraya-Watson Gaussian-kernel smoother with a bandwidth of 8%
   of the run's steps.
 
-The scores built on them (regret, persistence, quantile score, interval
+The scores built on them (regret, quantile score, interval
 outcomes, the hardest third) are in ``evaluation.scoring``.
 """
 
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bayes_grpo.settings import FINAL_WINDOW_FRACTION, SMOOTHING_BANDWIDTH
+from bayes_grpo.settings import FINAL_WINDOW_FRACTION, PERSISTENCE_POINTS, SMOOTHING_BANDWIDTH
 
 if TYPE_CHECKING:
     from bayes_grpo.logs import RunLog
@@ -44,6 +45,12 @@ def final_reward(rewards: np.ndarray, fraction: float = FINAL_WINDOW_FRACTION) -
     """Mean reward over the last ``fraction`` of the logged steps."""
     rewards = np.asarray(rewards, dtype=float)
     return float(rewards[-final_window_size(rewards.size, fraction) :].mean())
+
+
+def persistence(rewards: np.ndarray, points: int = PERSISTENCE_POINTS) -> float:
+    """Persistence forecast of the final reward: the mean of the last ``points`` logged rewards (the baseline
+    forecasts are judged against, and the level the calibration layer draws them towards)."""
+    return float(np.asarray(rewards, dtype=float)[-points:].mean())
 
 
 def reward_spread(rewards: np.ndarray) -> float:

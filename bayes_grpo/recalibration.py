@@ -7,7 +7,7 @@ measured on real runs, and is applied by default (``calibrated=False`` in
 :func:`bayes_grpo.forecast.forecast` shows the raw model).
 
 **Form.** After the last logged step, every draw is first drawn towards the persistence level
-``a`` (the mean of the last :data:`ANCHOR_POINTS` logged rewards), keeping the share ``beta`` of
+``a`` (:func:`bayes_grpo.measures.persistence`: the mean of the last 10 logged rewards), keeping the share ``beta`` of
 the change the model predicts; then the level-``p`` quantile moves by ``c(p)`` yardsticks::
 
     x'_s = a + beta * (x_s - a)
@@ -40,15 +40,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from bayes_grpo.errors import ModelError
-from bayes_grpo.measures import weighted_quantile
+from bayes_grpo.measures import persistence, weighted_quantile
 from bayes_grpo.prepare import PreparedRun, spread_scale
 
 #: Levels at which the offsets are learned; between them they are interpolated linearly, beyond them held.
 LEVELS: tuple[float, ...] = (0.05, 0.25, 0.5, 0.75, 0.95)
 #: The 5% and 95% offsets are learned this much further out (at 4% and 96%): the room sources the layer never saw need.
 TAIL_MARGIN = 0.01
-#: The persistence level the draws are drawn towards: the mean of this many last logged rewards.
-ANCHOR_POINTS = 10
 #: Shares of the predicted change ``beta`` is chosen among.
 BETA_GRID = tuple(np.round(np.linspace(0.0, 1.0, 51), 2))
 
@@ -61,10 +59,8 @@ def std_rel(prepared: PreparedRun) -> float:
 
 
 def anchor(prepared: PreparedRun) -> float:
-    """The persistence level: the mean of the last :data:`ANCHOR_POINTS` logged rewards (NaN for an empty log)."""
-    if prepared.z.size == 0:
-        return float("nan")
-    return float(np.mean(prepared.to_reward(prepared.z[-ANCHOR_POINTS:])))
+    """The persistence level of the logged rewards (:func:`bayes_grpo.measures.persistence`; NaN for an empty log)."""
+    return persistence(prepared.to_reward(prepared.z)) if prepared.z.size else float("nan")
 
 
 def signal_scale(prepared: PreparedRun) -> float:

@@ -20,6 +20,8 @@ STOP_THRESHOLD = 0.99
 STOP_TOLERANCE = 0.02
 #: Final reward = mean reward over this trailing fraction of a run's logged steps.
 FINAL_WINDOW_FRACTION = 0.1
+#: Logged rewards the persistence forecast averages (the last ones): the baseline every forecast is set against.
+PERSISTENCE_POINTS = 10
 #: Bandwidth (fraction of a run's steps) of the Gaussian-kernel smoother used for
 #: regret, best-step and curve-shape statistics.
 SMOOTHING_BANDWIDTH = 0.08

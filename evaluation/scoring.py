@@ -3,7 +3,8 @@
 Moved out of the package: only the evaluation (calibration, the stopping
 backtest, the shapes suite), the benchmarks and the tests use them.
 
-* **persistence** baseline: mean of the last 10 observed rewards;
+* **persistence** baseline: :func:`bayes_grpo.measures.persistence` (the package's calibration layer
+  draws forecasts towards it, so it is defined there);
 * **best step**: the logged step with the highest smoothed reward;
 * **regret** of a stop: (S at the last step - S at the stop) / spread, S the
   smoother of the whole run;
@@ -18,14 +19,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from bayes_grpo.measures import final_reward, reward_spread, smoothed, weighted_quantile
+from bayes_grpo.measures import final_reward, persistence, reward_spread, smoothed, weighted_quantile
 from bayes_grpo.settings import SMOOTHING_BANDWIDTH
-from evaluation.settings import PERSISTENCE_POINTS
-
-
-def persistence(rewards: np.ndarray, points: int = PERSISTENCE_POINTS) -> float:
-    """Persistence forecast of the final reward: mean of the last ``points`` observed rewards."""
-    return float(np.asarray(rewards, dtype=float)[-points:].mean())
 
 
 def best_step(steps: np.ndarray, rewards: np.ndarray, bandwidth: float = SMOOTHING_BANDWIDTH) -> int | None:

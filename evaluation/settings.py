@@ -13,8 +13,6 @@ from pathlib import Path
 
 #: Observed fractions at which forecasts are evaluated.
 EVALUATION_FRACTIONS = (0.2, 0.3, 0.5)
-#: Points averaged by the persistence baseline (last N observed rewards).
-PERSISTENCE_POINTS = 10
 
 #: Environment variable naming the folder of the shared external runs
 #: (the folder that holds ``index.csv`` and ``runs/``).

@@ -195,8 +195,13 @@ def test_the_package_keeps_only_the_measures_it_uses():
     import bayes_grpo.measures as measures
     import bayes_grpo.settings as settings
 
-    moved = ("persistence", "best_step", "regret", "pinball_loss", "quantile_score", "interval_outcome", "change_after_cut", "hardest_third")
+    moved = ("best_step", "regret", "pinball_loss", "quantile_score", "interval_outcome", "change_after_cut", "hardest_third")
     assert not [name for name in moved if hasattr(measures, name)]
+    # persistence is the package's own again: the calibration layer draws forecasts towards it
+    import bayes_grpo.recalibration as recalibration
+    from evaluation import scoring
+
+    assert recalibration.persistence is measures.persistence is scoring.persistence
     assert not [name for name in ("shared_runs_dir", "SHARED_RUNS_ENV", "EVALUATION_FRACTIONS") if hasattr(settings, name)]
 
 

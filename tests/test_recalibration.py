@@ -21,6 +21,7 @@ from bayes_grpo import recalibration
 from bayes_grpo.errors import ModelError
 from bayes_grpo.prepare import prepare_run
 from bayes_grpo.recalibration import LEVELS, Recalibration, learn, learned_level
+from bayes_grpo.settings import PERSISTENCE_POINTS
 
 
 def held_out_rows(n: int, seed: int, realised: float = 0.5) -> pd.DataFrame:
@@ -84,7 +85,7 @@ def test_applied_layer_draws_towards_persistence_moves_each_trajectory_by_one_of
     draws = rng.normal(0, 1, (200, steps.size)).cumsum(axis=1)
     moved = Recalibration(beta=beta, offsets=tuple(offsets)).apply(draws, prepared, steps)
     assert moved[:, 0] == pytest.approx(draws[:, 0])  # the last logged step is not moved
-    anchor = float(np.mean(rewards[-recalibration.ANCHOR_POINTS :]))
+    anchor = float(np.mean(rewards[-PERSISTENCE_POINTS:]))
     drawn_in = anchor + beta * (draws - anchor)
     shift = moved[:, 1:] - drawn_in[:, 1:]
     moving = np.abs(shift[:, 1]) > 1e-9

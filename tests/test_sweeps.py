@@ -98,7 +98,7 @@ def test_joint_draws_follow_each_runs_forecast_quantiles(ranking: Ranking) -> No
 
 
 def test_with_no_finished_run_each_runs_final_in_the_ranking_is_its_forecast(model: bg.FittedModel, runs: bg.RunSet) -> None:
-    """rank and forecast agree: each run's marginal in the joint draws is its calibrated forecast (issue 47), the sweep
+    """rank and forecast agree: each run's marginal in the joint draws is its calibrated forecast, the sweep
     coupling only ties the runs together; the raw path (calibrated=False) reads them through the real misses instead."""
     heads = [runs[i].head(90) for i in range(3)]
     ranking = rank(model, heads, total_steps=TOTAL, joint_draws=20_000, seed=1)
@@ -115,7 +115,7 @@ def test_with_no_finished_run_each_runs_final_in_the_ranking_is_its_forecast(mod
 
 def test_a_sweep_of_0_or_1_rewards_is_ranked_within_the_range_its_logs_show(model: bg.FittedModel) -> None:
     """A 0/1 reward (reward_std**2 = r (1 - r) at every step): no final in the ranking above the inferred ceiling, however
-    wide the forecasts (issue 47: means of 1.06-1.09 and a q95 of 2.9 were printed for such a sweep)."""
+    wide the forecasts (ranking raw draws once printed means of 1.06-1.09 and a q95 of 2.9 for such a sweep)."""
     rng = np.random.default_rng(0)
 
     def binary_run(name: str, level: float) -> bg.RunLog:

@@ -132,8 +132,8 @@ class ForecastPruner(BasePruner):
         trial). ``"median"`` (default): Optuna's ``MedianPruner`` with 2 startup trials and a warm-up of 30% of
         each trial's plan, the pruner users reach for: trials that trail the others at the same step rarely end
         first, which the median pruner uses and the forecast alone does not. The forecast's own rule
-        (``threshold``, ``patience``) prunes as well. None: the forecast's rule alone (before 4.1 the default;
-        on the shared real sweeps it saved 0.7 times the steps of the composed default, never pruning the best run).
+        (``threshold``, ``patience``) prunes as well. None: the forecast's rule alone (on the shared real sweeps it
+        saved three quarters of the composed default's steps, never pruning the best run).
     veto : float
         With ``base``: the probability of ending beyond the bar at or above which a proposal is vetoed; in (0, 1).
         Default 0.1: on the shared real sweeps (``benchmarks/results/backtest_sweeps.md``), with ``base="median"``,
