@@ -31,9 +31,12 @@ the change the model predicts; then the level-``p`` quantile moves by ``c(p, f)`
   pooled over the cuts left runs cut at 50% with intervals too wide (90% coverage 0.95, 50% coverage
   0.63). The median's offset is 0: ``beta`` already placed it.
 
-Each draw moves by the offset of its rank at the plan's end (:meth:`Recalibration.apply`), so
-trajectories stay whole. The layer is stored in the model file beside the population posterior,
-with the id of the fit it was learned for (:attr:`Recalibration.fit_id`).
+The layer calibrates what is scored and learned from: the mean logged reward over a window, logging
+noise included (:meth:`Recalibration.apply_to_window`, which
+:meth:`bayes_grpo.forecast.Forecast.window_reward` and so ``Forecast.final`` use). The trajectory
+draws (fan charts) move the same way, each by the offset of its rank at the plan's end
+(:meth:`Recalibration.apply`), so they stay whole. The layer is stored in the model file beside the
+population posterior, with the id of the fit it was learned for (:attr:`Recalibration.fit_id`).
 """
 
 from __future__ import annotations
@@ -86,9 +89,10 @@ def ahead(prepared: PreparedRun, steps: np.ndarray) -> np.ndarray:
     return np.clip((np.asarray(steps, dtype=float) - last) / max(prepared.total_steps, 1), 0.0, 1.0)
 
 
-def latent_column(level: float) -> str:
-    """Column of held-out forecasts holding the level-``level`` quantile of the raw draws' mean over the final window."""
-    return f"latent_q{round(100 * level):02d}"
+def raw_column(level: float) -> str:
+    """Column of held-out forecasts holding the level-``level`` quantile of the raw forecast's final-window reward
+    (:meth:`bayes_grpo.forecast.Forecast.window_reward`, logging noise included: the quantity scored)."""
+    return f"raw_q{round(100 * level):02d}"
 
 
 def window_terms(forecast: Any, steps: np.ndarray) -> dict[str, float]:
@@ -174,6 +178,28 @@ class Recalibration:
         width90 = np.quantile(values, 0.95, axis=0) - np.quantile(values, 0.05, axis=0)
         return values + offset[:, None] * (share * (width90 + signal_scale(prepared)))[None, :]
 
+    def apply_to_window(self, samples: np.ndarray, prepared: PreparedRun, steps: np.ndarray, width90: np.ndarray) -> np.ndarray:
+        """Samples of the mean logged reward over ``steps`` (the raw forecast's, logging noise included) moved as the
+        layer learned them: drawn towards persistence by ``beta``, then each by the offset of its rank times the
+        window's yardstick, ``beta`` times the mean over the window of the share of the plan ahead times the raw
+        draws' 90% width there (``width90``, one per step), plus that mean share times ``R``.
+
+        This is the quantity :func:`learn` calibrates, so a window's reward is calibrated as held-out runs measured
+        it; adding the logging noise after the layer instead counted it twice (the offsets already hold the noise
+        of the logged truths), and left the 50% interval too wide. A window wholly at or before the last logged
+        step is returned unchanged.
+        """
+        samples = np.asarray(samples, dtype=float)
+        share = ahead(prepared, steps)
+        if samples.size < 2 or prepared.z.size == 0 or not np.any(share > 0):
+            return samples
+        ranks = np.empty(samples.size)
+        ranks[np.argsort(samples, kind="stable")] = (np.arange(samples.size) + 0.5) / samples.size
+        level = anchor(prepared)
+        yardstick = float(np.mean(share * (self.beta * np.asarray(width90, dtype=float) + signal_scale(prepared))))
+        offset = np.interp(ranks, LEVELS, self.offsets_at(logged_share(prepared)))
+        return level + self.beta * (samples - level) + offset * yardstick
+
     def to_json(self) -> str:
         return json.dumps(asdict(self))
 
@@ -204,7 +230,7 @@ def learned_level(level: float) -> float:
     return level
 
 
-#: Columns :func:`learn` reads from each held-out forecast (besides the latent quantiles).
+#: Columns :func:`learn` reads from each held-out forecast (besides the raw quantiles).
 LEARN_COLUMNS = ("truth", "spread", "anchor", "ahead", "width_ahead", "signal_scale")
 
 
@@ -215,8 +241,8 @@ def learn(rows: Any, fit_id: str = "", weights: Sequence[float] | None = None, l
     ----------
     rows : pandas.DataFrame
         One held-out forecast per row: ``truth`` and ``spread`` (the run's measured final and 10-90% reward spread),
-        the quantiles of the raw draws' mean over the final window (:func:`latent_column`; logging noise is added
-        after the layer) and :func:`window_terms` there (``anchor``, ``ahead``, ``width_ahead``, ``signal_scale``).
+        the quantiles of the raw forecast's final-window reward (:func:`raw_column`, logging noise included) and
+        :func:`window_terms` there (``anchor``, ``ahead``, ``width_ahead``, ``signal_scale``).
         With a ``fraction`` column (the share of the plan each forecast saw) holding more than one value, the
         offsets move linearly with it between its smallest and largest value; without, they are one row.
     fit_id : str
@@ -235,7 +261,7 @@ def learn(rows: Any, fit_id: str = "", weights: Sequence[float] | None = None, l
     ModelError
         With missing columns or no usable rows.
     """
-    missing = [c for c in (*LEARN_COLUMNS, *map(latent_column, LEVELS)) if c not in rows]
+    missing = [c for c in (*LEARN_COLUMNS, *map(raw_column, LEVELS)) if c not in rows]
     if missing:
         raise ModelError(f"the calibration layer is learned from held-out forecasts with {', '.join(missing)} (evaluation.calibration rows)")
     frame = rows.reset_index(drop=True)
@@ -246,8 +272,8 @@ def learn(rows: Any, fit_id: str = "", weights: Sequence[float] | None = None, l
         raise ModelError("the calibration layer needs held-out forecasts with a truth, a positive spread and steps ahead")
     frame, w = frame[usable].reset_index(drop=True), w[usable]
     truth, level, spread = (frame[c].to_numpy(float) for c in ("truth", "anchor", "spread"))
-    latent = {p: frame[latent_column(p)].to_numpy(float) for p in LEVELS}
-    errors = [np.average(np.abs(level + b * (latent[0.5] - level) - truth) / spread, weights=w) for b in BETA_GRID]
+    raw = {p: frame[raw_column(p)].to_numpy(float) for p in LEVELS}
+    errors = [np.average(np.abs(level + b * (raw[0.5] - level) - truth) / spread, weights=w) for b in BETA_GRID]
     beta = float(BETA_GRID[int(np.argmin(errors))])
     scale = beta * frame["width_ahead"].to_numpy(float) + frame["ahead"].to_numpy(float) * frame["signal_scale"].to_numpy(float)
     scale = np.where(scale > 0, scale, np.nan)
@@ -259,7 +285,7 @@ def learn(rows: Any, fit_id: str = "", weights: Sequence[float] | None = None, l
         if p == 0.5:
             columns.append(np.zeros(knots.size))
             continue
-        misses = ((truth - (level + beta * (latent[p] - level))) / scale)[known]
+        misses = ((truth - (level + beta * (raw[p] - level))) / scale)[known]
         intercept, slope = weighted_quantile_line(share[known], misses, learned_level(p), w[known])
         columns.append(intercept + slope * knots)
     by_knot = np.array(columns).T  # knots x levels

@@ -81,9 +81,11 @@ def test_final_is_the_mean_logged_reward_over_the_final_window_with_its_noise(mo
     # The window the forecast expects is the one the truth (measures.final_reward) averages.
     window = run.steps[-measures.final_window_size(len(run)) :]
     assert np.array_equal(fc.final_window_steps(), window)
-    # Per draw: the trajectory's mean over the window, plus noise of SD step_noise / sqrt(window size).
-    latent = np.array([np.interp(window, fc.steps, draw).mean() for draw in fc.draws])
-    standardised = (fc.final.samples - latent) / (fc.step_noise / np.sqrt(window.size))
+    # The model's own forecast, per draw: the trajectory's mean over the window, plus noise of SD step_noise / sqrt(window
+    # size); a calibrated forecast's final is that quantity moved by the layer (tests/test_recalibration.py).
+    raw = fc.raw
+    latent = np.array([np.interp(window, raw.steps, draw).mean() for draw in raw.draws])
+    standardised = (raw.final.samples - latent) / (raw.step_noise / np.sqrt(window.size))
     assert abs(standardised.mean()) < 0.15 and 0.85 < standardised.std() < 1.15
     assert np.array_equal(fc.final.samples, fc.final.samples)  # the noise is fixed by the seed
     assert np.array_equal(fc.final.samples, fc.window_reward(window).samples)
@@ -105,7 +107,7 @@ def test_final_window_follows_the_logging_interval(model) -> None:
 
 
 def test_window_reward_noise_shrinks_with_the_window(model, bundled_run) -> None:
-    fc = _quiet_forecast(model, measures.cut(bundled_run, 0.5))
+    fc = _quiet_forecast(model, measures.cut(bundled_run, 0.5)).raw  # the model's own (the layer then moves the samples)
     last = float(fc.total_steps)
     one, many = fc.window_reward([last]), fc.window_reward(np.full(100, last))
     assert np.allclose(one.samples - fc.level_at_end.samples, 10 * (many.samples - fc.level_at_end.samples))

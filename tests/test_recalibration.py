@@ -35,13 +35,13 @@ def held_out_rows(n: int, seed: int, realised: float = 0.5, miss_scale: float = 
     truth = anchor + realised * predicted + miss_scale * rng.normal(0, 1, n) * (0.3 + signal)
     rows = {"truth": truth, "spread": np.ones(n), "anchor": anchor, "ahead": np.full(n, 0.7), "width_ahead": np.full(n, 0.7), "signal_scale": signal}
     for level in LEVELS:  # a forecast of its own narrow width around the predicted change
-        rows[recalibration.latent_column(level)] = anchor + predicted + norm.ppf(level) * 0.2
+        rows[recalibration.raw_column(level)] = anchor + predicted + norm.ppf(level) * 0.2
     return pd.DataFrame(rows)
 
 
 def _moved(rows: pd.DataFrame, layer: Recalibration, level: float) -> np.ndarray:
     """A level's quantile after the layer, as :meth:`Recalibration.apply` moves the final window."""
-    latent = rows[recalibration.latent_column(level)]
+    latent = rows[recalibration.raw_column(level)]
     scale = layer.beta * rows["width_ahead"] + rows["ahead"] * rows["signal_scale"]
     fractions = rows["fraction"] if "fraction" in rows else pd.Series(0.0, index=rows.index)
     offset = np.array([np.interp(level, LEVELS, layer.offsets_at(f)) for f in fractions])
@@ -63,7 +63,7 @@ def test_offsets_calibrate_each_level_they_were_learned_on_and_the_median_beats_
         assert np.mean(rows["truth"] <= _moved(rows, layer, level)) == pytest.approx(expected, abs=0.03), level
     error = np.mean(np.abs(_moved(rows, layer, 0.5) - rows["truth"]))
     assert error < np.mean(np.abs(rows["anchor"] - rows["truth"]))
-    assert error < np.mean(np.abs(rows[recalibration.latent_column(0.5)] - rows["truth"]))
+    assert error < np.mean(np.abs(rows[recalibration.raw_column(0.5)] - rows["truth"]))
 
 
 def test_offsets_move_with_the_share_of_the_plan_and_calibrate_each_cut_they_were_learned_at():
@@ -123,10 +123,12 @@ def test_without_offsets_and_with_beta_one_the_layer_changes_nothing():
 
 
 def test_the_layer_moves_a_real_forecasts_final_window_as_it_learned(quick_model, few_runs):
-    """What the layer learns (truth against the draws' mean over the final window, per level) is what it moves."""
+    """What the layer learns (truth against the raw forecast's final-window reward, logging noise included, per
+    level) is what it moves: the calibrated window reward is the learned transform of the raw one, not the raw one
+    with the noise added again after the layer."""
     run = few_runs[0]
     head, total = run.head(int(run.steps[len(run) // 3])), int(run.total_steps or run.steps[-1])
-    layer = Recalibration(beta=0.6, offsets=(-0.4, -0.1, 0.0, 0.2, 0.9))
+    layer = Recalibration(beta=0.6, offsets=((-0.5, -0.1, 0.0, 0.3, 1.2), (-0.3, -0.1, 0.0, 0.1, 0.6)), fractions=(0.2, 0.5))
     model = dataclasses.replace(quick_model, recalibration=layer)
     window = run.steps[-max(1, len(run) // 10) :].astype(float)
     with warnings.catch_warnings():
@@ -134,14 +136,16 @@ def test_the_layer_moves_a_real_forecasts_final_window_as_it_learned(quick_model
         raw = model.forecast(head, total_steps=total, seed=3, calibrated=False)
         moved = model.forecast(head, total_steps=total, seed=3)
     assert moved.calibrated and not raw.calibrated
+    assert moved.raw.draws == pytest.approx(raw.draws) and raw.raw is raw
     terms = recalibration.window_terms(raw, window)
-    before = np.quantile(raw.mean_over(raw.draws, window), LEVELS)
-    row = pd.DataFrame({**terms, **{recalibration.latent_column(p): [v] for p, v in zip(LEVELS, before)}}, index=[0])
+    before = raw.window_reward(window).quantile(np.asarray(LEVELS))
+    row = pd.DataFrame({**terms, "fraction": head.steps[-1] / total, **{recalibration.raw_column(p): [v] for p, v in zip(LEVELS, before)}}, index=[0])
     expected = np.array([_moved(row, layer, p)[0] for p in LEVELS])
     if raw.prepared.bounds:
         expected = np.clip(expected, *raw.prepared.bounds)
-    after = np.quantile(moved.mean_over(moved.draws, window), LEVELS)
-    assert after == pytest.approx(expected, abs=0.05 * (before[-1] - before[0]) + 1e-9)
+    after = moved.window_reward(window).quantile(np.asarray(LEVELS))
+    assert after == pytest.approx(expected, abs=0.01 * (before[-1] - before[0]) + 1e-9)
+    assert moved.final.samples == pytest.approx(moved.window_reward(moved.final_window_steps()).samples)
 
 
 def test_the_layer_is_saved_with_its_fit_id_and_refused_for_another_fit(quick_model, tmp_path):

@@ -202,10 +202,11 @@ def forecast(
     # judges the remaining gain on the model's own curves: moved by the layer's long upper tail, no canonical
     # plateau, flat run or dip reached P(plateau) 0.99 any more (benchmarks/results/shapes.md).
     layer = getattr(model, "recalibration", None) if calibrated else None
+    raw_draws = draws
     if layer is not None:
         draws = layer.apply(draws, prepared, grid)
     if prepared.bounds is not None:  # an expected reward cannot leave the range the reward functions can give
-        draws, curves = np.clip(draws, *prepared.bounds), np.clip(curves, *prepared.bounds)
+        draws, curves, raw_draws = (np.clip(values, *prepared.bounds) for values in (draws, curves, raw_draws))
     return Forecast(
         run_id=prepared.run_id,
         steps=grid,
@@ -227,6 +228,8 @@ def forecast(
         seed=seed,
         uses_signal="gain_signal" in model.population_arrays(),
         calibrated=layer is not None,
+        layer=layer,
+        raw_draws=raw_draws if layer is not None else None,
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -16,6 +16,7 @@ from bayes_grpo.population import (
     step_noise,
 )  # fmt: skip
 from bayes_grpo.prepare import LONG_PLAN_FACTOR, PreparedRun
+from bayes_grpo.recalibration import Recalibration
 from bayes_grpo.measures import final_window_size, smoothed
 from bayes_grpo.settings import FINAL_WINDOW_FRACTION, FORECAST_QUANTILES
 from bayes_grpo.forecast.conditioning import MIN_ESS_WARN, PARETO_K_MAX
@@ -144,6 +145,11 @@ class Forecast:
     calibrated : bool
         Whether the draws went through the model's calibration layer (:mod:`bayes_grpo.recalibration`); the
         curves (what the stop rule judges) are the model's own.
+    layer : Recalibration or None
+        That layer, which :meth:`window_reward` (and so :attr:`final`) applies to the raw forecast's window
+        reward, logging noise included, as it was learned.
+    raw_draws : ndarray or None
+        The draws before the layer (None without one).
     uses_signal : bool
         Whether the model reads GRPO's learning signal (``reward_std``, model 3.0; see
         :func:`bayes_grpo.prepare.learning_signal`), so that a log without it is worth a caveat.
@@ -175,6 +181,8 @@ class Forecast:
     seed: int = 0
     uses_signal: bool = False
     calibrated: bool = False
+    layer: Recalibration | None = field(default=None, repr=False)
+    raw_draws: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def caveats(self) -> list[str]:
@@ -223,6 +231,13 @@ class Forecast:
         elif self.ess < MIN_ESS_WARN:
             notes.append(f"the forecast rests on about {self.ess:.0f} effective draws (fewer than {MIN_ESS_WARN}): its quantiles are rough")
         return notes
+
+    @property
+    def raw(self) -> Forecast:
+        """The model's own forecast, without the calibration layer (this forecast when it has none)."""
+        if self.layer is None or self.raw_draws is None:
+            return self
+        return replace(self, draws=self.raw_draws, raw_draws=None, layer=None, calibrated=False)
 
     @property
     def last_observed_step(self) -> int | None:
@@ -277,6 +292,9 @@ class Forecast:
         of SD ``step_noise / sqrt(len(steps))``, the noise of averaging that many
         logged rewards. The noise is fixed by the forecast's ``seed``, so repeated
         calls agree. Calibration scores this quantity on the real window's steps.
+        A calibrated forecast takes it from the raw draws and then moves it by its
+        :attr:`layer` (:meth:`~bayes_grpo.recalibration.Recalibration.apply_to_window`),
+        the quantity the layer was learned on.
 
         Parameters
         ----------
@@ -291,9 +309,18 @@ class Forecast:
         if steps.size == 0:
             raise ModelError("window_reward needs at least one step")
         noise = np.random.default_rng([self.seed, _WINDOW_NOISE_STREAM]).standard_normal(self.draws.shape[0])
-        samples = self.mean_over(self.draws, steps) + noise * self.step_noise / np.sqrt(steps.size)
-        if self.prepared.bounds is not None:  # a mean of rewards inside the range they can take stays inside it
-            samples = np.clip(samples, *self.prepared.bounds)
+        layered = self.layer is not None and self.raw_draws is not None
+        source = self.raw_draws if layered else self.draws
+        samples = self.mean_over(source, steps) + noise * self.step_noise / np.sqrt(steps.size)
+        bounds = self.prepared.bounds
+        if bounds is not None:  # a mean of rewards inside the range they can take stays inside it
+            samples = np.clip(samples, *bounds)
+        if layered:
+            raw = self._interpolated(self.raw_draws, steps)
+            width90 = np.quantile(raw, 0.95, axis=0) - np.quantile(raw, 0.05, axis=0)
+            samples = self.layer.apply_to_window(samples, self.prepared, steps, width90)
+            if bounds is not None:
+                samples = np.clip(samples, *bounds)
         return FinalReward(samples)
 
     @property
@@ -358,13 +385,17 @@ class Forecast:
 
     def at_steps(self, steps: np.ndarray) -> np.ndarray:
         """Trajectory draws interpolated at arbitrary steps: shape (n_draws, len(steps))."""
+        return self._interpolated(self.draws, steps)
+
+    def _interpolated(self, values: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """``values`` (draws x :attr:`steps` grid) linearly interpolated at ``steps``."""
         steps = np.asarray(steps, dtype=float)
-        right = np.clip(np.searchsorted(self.steps, steps), 1, self.steps.size - 1) if self.steps.size > 1 else np.zeros(steps.size, int)
         if self.steps.size == 1:
-            return np.repeat(self.draws[:, :1], steps.size, axis=1)
+            return np.repeat(values[:, :1], steps.size, axis=1)
+        right = np.clip(np.searchsorted(self.steps, steps), 1, self.steps.size - 1)
         left = right - 1
         frac = np.clip((steps - self.steps[left]) / (self.steps[right] - self.steps[left]), 0.0, 1.0)
-        return self.draws[:, left] * (1 - frac) + self.draws[:, right] * frac
+        return values[:, left] * (1 - frac) + values[:, right] * frac
 
     def to_frame(self) -> pd.DataFrame:
         """Columns ``step, mean, q05, q25, q50, q75, q95`` on the forecast grid."""
