@@ -1,4 +1,4 @@
-"""Run-level measures, defined once: final reward, spread, cut, smoothing, weighted quantile (and quantile line).
+"""Run-level measures, defined once: final reward, spread, cut, smoothing, weighted quantile.
 
 The forecast, the stopping rule, the sweeps, the report, the CLI and the
 evaluation code (the repository's ``evaluation/``, not shipped) all use these
@@ -138,38 +138,3 @@ def weighted_quantile(values: Sequence[float], q: float, weights: Sequence[float
     if i < values.size - 1 and abs(cumulative[i] - target) <= tolerance:
         return float(0.5 * (values[i] + values[i + 1]))
     return float(values[i])
-
-
-def weighted_quantile_line(x: Sequence[float], values: Sequence[float], q: float, weights: Sequence[float] | None = None) -> tuple[float, float]:
-    """Intercept and slope of the line whose level-``q`` quantile of ``values`` moves linearly with ``x``
-    (linear quantile regression, Koenker and Bassett 1978), each value counting ``weights`` times.
-
-    It minimises the weighted pinball loss, solved as a linear programme (:func:`scipy.optimize.linprog`,
-    HiGHS). Rows with a NaN are left out. With one distinct ``x`` the slope is 0 and the intercept is
-    that group's quantile.
-
-    Example
-    -------
-    >>> x = np.repeat([0.0, 1.0], 51)
-    >>> intercept, slope = weighted_quantile_line(x, 2 * x + np.tile(np.linspace(-1, 1, 51), 2), 0.5)
-    >>> abs(round(intercept, 2)), round(slope, 2)
-    (0.0, 2.0)
-    """
-    from scipy.optimize import linprog
-
-    x, values = np.asarray(x, dtype=float), np.asarray(values, dtype=float)
-    weights = np.ones_like(values) if weights is None else np.asarray(weights, dtype=float)
-    keep = np.isfinite(x) & np.isfinite(values) & (weights > 0)
-    x, values, weights = x[keep], values[keep], weights[keep]
-    if values.size == 0:
-        return float("nan"), float("nan")
-    if np.ptp(x) == 0:
-        return weighted_quantile(values, q, weights), 0.0
-    n = values.size  # variables: intercept, slope, then the positive and negative parts of each residual
-    cost = np.concatenate([[0.0, 0.0], q * weights, (1.0 - q) * weights])
-    constraints = np.hstack([np.ones((n, 1)), x[:, None], np.eye(n), -np.eye(n)])
-    bounds = [(None, None)] * 2 + [(0, None)] * (2 * n)
-    solved = linprog(cost, A_eq=constraints, b_eq=values, bounds=bounds, method="highs")
-    if not solved.success:
-        raise ValueError(f"the quantile line could not be solved: {solved.message}")
-    return float(solved.x[0]), float(solved.x[1])

@@ -8,10 +8,10 @@ measured on real runs, and is applied by default (``calibrated=False`` in
 
 **Form.** After the last logged step, every draw is first drawn towards the persistence level
 ``a`` (:func:`bayes_grpo.measures.persistence`: the mean of the last 10 logged rewards), keeping the share ``beta`` of
-the change the model predicts; then the level-``p`` quantile moves by ``c(p, f)`` yardsticks::
+the change the model predicts; then the level-``p`` quantile moves by ``c(p)`` yardsticks::
 
     x'_s = a + beta * (x_s - a)
-    Q'_s(p) = Q_s(p) + c(p, f) * W_s,    W_s = (width90_s + R) * (s - last logged step) / total_steps
+    Q'_s(p) = Q_s(p) + c(p) * W_s,    W_s = (width90_s + R) * (s - last logged step) / total_steps
 
 * ``beta`` is a forecast combination with persistence: the share of the predicted change that
   minimises the held-out error of the median (source-capped). On the shared real runs it is about
@@ -22,19 +22,16 @@ the change the model predicts; then the level-``p`` quantile moves by ``c(p, f)`
   disagree, so how open the future is; the logged rewards' 10-90% spread for a log without it),
   times the share of the plan between the last logged step and ``s`` (0 at the last logged step, so
   the logged level is not moved; it grows with the horizon, and a run cut late is moved less).
-* ``c(p, f)`` is the (source-capped) quantile, over held-out real forecasts, of ``(truth - Q(p)) / W`` at
+* ``c(p)`` is the (source-capped) quantile, over held-out real forecasts, of ``(truth - Q(p)) / W`` at
   level ``p``, and :data:`TAIL_MARGIN` further out for the 5% and 95% quantiles (the room sources the
-  layer never saw take). It moves linearly with ``f``, the share of the plan logged (a linear quantile
-  regression, :func:`bayes_grpo.measures.weighted_quantile_line`), between the earliest and the latest
-  cut it was learned at, and is held beyond them: a late take-off, the long upper tail, is common
-  after 20% of a plan and rare after 50%, far more than the shorter horizon alone says, and offsets
-  pooled over the cuts left runs cut at 50% with intervals too wide (90% coverage 0.95, 50% coverage
-  0.63). The median's offset is 0: ``beta`` already placed it.
+  layer never saw take). The median's offset is 0: ``beta`` already placed it.
 
 The layer calibrates what is scored and learned from: the mean logged reward over a window, logging
 noise included (:meth:`Recalibration.apply_to_window`, which
-:meth:`bayes_grpo.forecast.Forecast.window_reward` and so ``Forecast.final`` use). The trajectory
-draws (fan charts) move the same way, each by the offset of its rank at the plan's end
+:meth:`bayes_grpo.forecast.Forecast.window_reward` and so ``Forecast.final`` use). Learned on the
+noise-free draws against logged truths, its offsets already held the truths' logging noise, and the
+forecast added it again: the 50% interval at 50% of the plan held the truth 0.63 of the time. The
+trajectory draws (fan charts) move the same way, each by the offset of its rank at the plan's end
 (:meth:`Recalibration.apply`), so they stay whole. The layer is stored in the model file beside the
 population posterior, with the id of the fit it was learned for (:attr:`Recalibration.fit_id`).
 """
@@ -48,7 +45,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from bayes_grpo.errors import ModelError
-from bayes_grpo.measures import persistence, weighted_quantile_line
+from bayes_grpo.measures import persistence, weighted_quantile
 from bayes_grpo.prepare import PreparedRun, spread_scale
 
 #: Levels at which the offsets are learned; between them they are interpolated linearly, beyond them held.
@@ -76,11 +73,6 @@ def signal_scale(prepared: PreparedRun) -> float:
     if np.isfinite(prepared.recent_reward_std) and prepared.recent_reward_std > 0:
         return float(prepared.recent_reward_std)
     return float(spread_scale(prepared.to_reward(prepared.z))) if prepared.z.size else 0.0
-
-
-def logged_share(prepared: PreparedRun) -> float:
-    """Share of the plan logged: the last logged step over the planned steps (0 for an empty log)."""
-    return float(prepared.steps[-1]) / max(prepared.total_steps, 1) if prepared.steps.size else 0.0
 
 
 def ahead(prepared: PreparedRun, steps: np.ndarray) -> np.ndarray:
@@ -112,18 +104,14 @@ def window_terms(forecast: Any, steps: np.ndarray) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class Recalibration:
-    """The share ``beta`` of the predicted change kept and the offsets ``c(p, f)``, learned for one fit (module docstring).
+    """The share ``beta`` of the predicted change kept and the offsets ``c(p)``, learned for one fit (module docstring).
 
     Attributes
     ----------
     beta : float
         Share of the change after the cut the model predicts that the layer keeps (in [0, 1]).
-    offsets : tuple of tuple of float
-        One row per entry of ``fractions``: ``c(p)`` at :data:`LEVELS`, in units of the yardstick ``W``. A flat
-        tuple of :data:`LEVELS` values is one row, the same at every share of the plan.
-    fractions : tuple of float
-        Shares of the plan logged at which the rows of ``offsets`` hold (increasing); between them the offsets
-        are interpolated linearly, beyond them held.
+    offsets : tuple of float
+        ``c(p)`` at :data:`LEVELS`, in units of the yardstick ``W``.
     fit_id : str
         Id of the population fit the layer was learned for (:meth:`bayes_grpo.model.FittedModel.fit_id`).
     learned_on : dict
@@ -131,30 +119,13 @@ class Recalibration:
     """
 
     beta: float
-    offsets: tuple[tuple[float, ...], ...]
-    fractions: tuple[float, ...] = (0.0,)
+    offsets: tuple[float, ...]
     fit_id: str = ""
     learned_on: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        rows = self.offsets
-        if len(rows) and all(isinstance(v, (int, float, np.floating, np.integer)) for v in rows):
-            rows = (rows,)  # one row: the same offsets at every share of the plan
-        rows = tuple(tuple(float(v) for v in row) for row in rows)
-        fractions = tuple(float(f) for f in self.fractions)
-        object.__setattr__(self, "offsets", rows)
-        object.__setattr__(self, "fractions", fractions)
-        valid_rows = len(rows) == len(fractions) > 0 and all(len(row) == len(LEVELS) and list(row) == sorted(row) for row in rows)
-        valid_fractions = all(0.0 <= f <= 1.0 for f in fractions) and all(np.diff(fractions) > 0)
-        if not 0.0 <= float(self.beta) <= 1.0 or not valid_rows or not valid_fractions:
-            raise ModelError(
-                f"a calibration layer needs beta in [0, 1], increasing fractions in [0, 1] and, for each, {len(LEVELS)} "
-                f"non-decreasing offsets; got beta {self.beta!r}, fractions {self.fractions!r}, offsets {self.offsets!r}"
-            )
-
-    def offsets_at(self, fraction: float) -> np.ndarray:
-        """``c(p)`` at :data:`LEVELS` for a run with the share ``fraction`` of its plan logged."""
-        return np.array([np.interp(fraction, self.fractions, column) for column in zip(*self.offsets)])
+        if not 0.0 <= float(self.beta) <= 1.0 or len(self.offsets) != len(LEVELS) or list(self.offsets) != sorted(self.offsets):
+            raise ModelError(f"a calibration layer needs beta in [0, 1] and {len(LEVELS)} non-decreasing offsets, got {self.beta!r}, {self.offsets!r}")
 
     def apply(self, values: np.ndarray, prepared: PreparedRun, steps: np.ndarray) -> np.ndarray:
         """``values`` (draws x steps, reward units) drawn towards persistence by ``beta`` after the last logged step, then
@@ -174,7 +145,7 @@ class Recalibration:
         share = ahead(prepared, steps)
         level = anchor(prepared)
         values = np.where(share[None, :] > 0, level + self.beta * (values - level), values)
-        offset = np.interp(ranks, LEVELS, self.offsets_at(logged_share(prepared)))
+        offset = np.interp(ranks, LEVELS, self.offsets)
         width90 = np.quantile(values, 0.95, axis=0) - np.quantile(values, 0.05, axis=0)
         return values + offset[:, None] * (share * (width90 + signal_scale(prepared)))[None, :]
 
@@ -185,9 +156,7 @@ class Recalibration:
         draws' 90% width there (``width90``, one per step), plus that mean share times ``R``.
 
         This is the quantity :func:`learn` calibrates, so a window's reward is calibrated as held-out runs measured
-        it; adding the logging noise after the layer instead counted it twice (the offsets already hold the noise
-        of the logged truths), and left the 50% interval too wide. A window wholly at or before the last logged
-        step is returned unchanged.
+        it. A window wholly at or before the last logged step is returned unchanged.
         """
         samples = np.asarray(samples, dtype=float)
         share = ahead(prepared, steps)
@@ -197,8 +166,7 @@ class Recalibration:
         ranks[np.argsort(samples, kind="stable")] = (np.arange(samples.size) + 0.5) / samples.size
         level = anchor(prepared)
         yardstick = float(np.mean(share * (self.beta * np.asarray(width90, dtype=float) + signal_scale(prepared))))
-        offset = np.interp(ranks, LEVELS, self.offsets_at(logged_share(prepared)))
-        return level + self.beta * (samples - level) + offset * yardstick
+        return level + self.beta * (samples - level) + np.interp(ranks, LEVELS, self.offsets) * yardstick
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -213,12 +181,10 @@ class Recalibration:
             For a layer of another form (e.g. the per-signal-group offsets of model 4.0), which must be relearned.
         """
         data = json.loads(text)
-        if "beta" not in data or not isinstance(data.get("offsets"), list):
+        offsets = data.get("offsets")
+        if "beta" not in data or not isinstance(offsets, list) or not all(isinstance(v, (int, float)) for v in offsets):
             raise ModelError("the calibration layer has the form of an earlier bayes_grpo (offsets per signal group, no beta); relearn it")
-        offsets = data["offsets"]  # one flat row: a layer learned before the offsets moved with the share of the plan
-        rows = tuple(tuple(float(v) for v in row) for row in offsets) if offsets and isinstance(offsets[0], list) else (tuple(float(v) for v in offsets),)
-        fractions = tuple(float(f) for f in data.get("fractions", (0.0,)))
-        return cls(beta=float(data["beta"]), offsets=rows, fractions=fractions, fit_id=data.get("fit_id", ""), learned_on=data.get("learned_on", {}))
+        return cls(beta=float(data["beta"]), offsets=tuple(float(v) for v in data["offsets"]), fit_id=data.get("fit_id", ""), learned_on=data.get("learned_on", {}))
 
 
 def learned_level(level: float) -> float:
@@ -243,8 +209,6 @@ def learn(rows: Any, fit_id: str = "", weights: Sequence[float] | None = None, l
         One held-out forecast per row: ``truth`` and ``spread`` (the run's measured final and 10-90% reward spread),
         the quantiles of the raw forecast's final-window reward (:func:`raw_column`, logging noise included) and
         :func:`window_terms` there (``anchor``, ``ahead``, ``width_ahead``, ``signal_scale``).
-        With a ``fraction`` column (the share of the plan each forecast saw) holding more than one value, the
-        offsets move linearly with it between its smallest and largest value; without, they are one row.
     fit_id : str
         Id of the fit the layer is for.
     weights : sequence of float, optional
@@ -277,21 +241,12 @@ def learn(rows: Any, fit_id: str = "", weights: Sequence[float] | None = None, l
     beta = float(BETA_GRID[int(np.argmin(errors))])
     scale = beta * frame["width_ahead"].to_numpy(float) + frame["ahead"].to_numpy(float) * frame["signal_scale"].to_numpy(float)
     scale = np.where(scale > 0, scale, np.nan)
-    share = frame["fraction"].to_numpy(float) if "fraction" in frame else np.zeros(len(frame))
-    known = np.isfinite(scale) & np.isfinite(share)
-    knots = np.unique(share[known])[[0, -1]] if np.unique(share[known]).size > 1 else np.unique(share[known])[:1]
-    columns = []  # per level, c(p) at each knot
-    for p in LEVELS:
-        if p == 0.5:
-            columns.append(np.zeros(knots.size))
-            continue
-        misses = ((truth - (level + beta * (raw[p] - level))) / scale)[known]
-        intercept, slope = weighted_quantile_line(share[known], misses, learned_level(p), w[known])
-        columns.append(intercept + slope * knots)
-    by_knot = np.array(columns).T  # knots x levels
-    middle = LEVELS.index(0.5)  # offsets made monotone away from the median's 0, so quantiles keep their order
-    ordered = [(*np.minimum.accumulate(row[middle::-1])[::-1], *np.maximum.accumulate(row[middle:])[1:]) for row in by_knot]
-    record = {"rows": int(usable.sum()), "median_error_by_beta": {str(b): round(float(e), 4) for b, e in zip(BETA_GRID[::5], errors[::5])}}
-    return Recalibration(
-        beta=beta, offsets=tuple(ordered), fractions=tuple(float(k) for k in knots), fit_id=fit_id, learned_on={**record, **(learned_on or {})}
+    known = np.isfinite(scale)
+    offsets = tuple(
+        0.0 if p == 0.5 else float(weighted_quantile(((truth - (level + beta * (raw[p] - level))) / scale)[known], learned_level(p), w[known]))
+        for p in LEVELS
     )
+    record = {"rows": int(usable.sum()), "median_error_by_beta": {str(b): round(float(e), 4) for b, e in zip(BETA_GRID[::5], errors[::5])}}
+    middle = LEVELS.index(0.5)  # offsets made monotone away from the median's 0, so quantiles keep their order
+    ordered = [*np.minimum.accumulate(offsets[middle::-1])[::-1], *np.maximum.accumulate(offsets[middle:])[1:]]
+    return Recalibration(beta=beta, offsets=tuple(float(v) for v in ordered), fit_id=fit_id, learned_on={**record, **(learned_on or {})})

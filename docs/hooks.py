@@ -64,8 +64,6 @@ def figures() -> dict[str, str]:
         "model.divergences": f"{diagnostics.divergences}",
         "model.draws": f"{model.sampler_config.chains} × {model.sampler_config.draws:,}",
         "layer.beta": f"{model.recalibration.beta:.2f}" if model.recalibration is not None else "(no layer)",
-        "layer.q95_early": f"{model.recalibration.offsets_at(0.2)[-1]:.1f}" if model.recalibration is not None else "(no layer)",
-        "layer.q95_late": f"{model.recalibration.offsets_at(0.5)[-1]:.1f}" if model.recalibration is not None else "(no layer)",
     }
     calibration = pd.read_csv(RESULTS / "calibration.csv")
     capped = calibration[calibration["set"] == REAL_CAPPED].set_index("fraction").sort_index()

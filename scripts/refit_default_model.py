@@ -111,8 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         model.fitted_on = provenance(bundled, shared, external, set(model.fitted_on["runs"]), argv)
     if args.layer_from is not None:
         model.recalibration = calibration_layer(args.layer_from, model)
-        layer = model.recalibration
-        print(f"calibration layer from {args.layer_from}: beta {layer.beta}, offsets {layer.offsets} at shares of the plan {layer.fractions}")
+        print(f"calibration layer from {args.layer_from}: beta {model.recalibration.beta}, offsets {model.recalibration.offsets}")
     if args.coupling_from is not None:
         model.sweep_coupling = SweepCoupling.from_table(pd.read_csv(args.coupling_from))
         print(f"sweep coupling from {args.coupling_from}: correlation {model.sweep_coupling.correlation}")

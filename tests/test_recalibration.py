@@ -1,7 +1,6 @@
 """The calibration layer: learned from held-out forecasts it keeps the share of the predicted change that the
-median's error asks for and calibrates each level it was learned on, at each share of the plan it was learned at,
-moves forecasts as the benchmark scores them, travels in the model file with the id of its fit, and leaves the raw
-model reachable."""
+median's error asks for and calibrates each level it was learned on, moves forecasts as the benchmark scores them,
+travels in the model file with the id of its fit, and leaves the raw model reachable."""
 
 from __future__ import annotations
 
@@ -25,14 +24,13 @@ from bayes_grpo.recalibration import LEVELS, Recalibration, learn, learned_level
 from bayes_grpo.settings import PERSISTENCE_POINTS
 
 
-def held_out_rows(n: int, seed: int, realised: float = 0.5, miss_scale: float = 1.0) -> pd.DataFrame:
-    """Forecasts that predict a change of which only ``realised`` comes true, too narrow where reward_std is high
-    (their misses ``miss_scale`` times as wide)."""
+def held_out_rows(n: int, seed: int, realised: float = 0.5) -> pd.DataFrame:
+    """Forecasts that predict a change of which only ``realised`` comes true, too narrow where reward_std is high."""
     rng = np.random.default_rng(seed)
     anchor = rng.normal(0, 1, n)
     predicted = rng.normal(0, 1, n)
     signal = np.exp(rng.normal(-1, 0.5, n))
-    truth = anchor + realised * predicted + miss_scale * rng.normal(0, 1, n) * (0.3 + signal)
+    truth = anchor + realised * predicted + rng.normal(0, 1, n) * (0.3 + signal)
     rows = {"truth": truth, "spread": np.ones(n), "anchor": anchor, "ahead": np.full(n, 0.7), "width_ahead": np.full(n, 0.7), "signal_scale": signal}
     for level in LEVELS:  # a forecast of its own narrow width around the predicted change
         rows[recalibration.raw_column(level)] = anchor + predicted + norm.ppf(level) * 0.2
@@ -43,16 +41,14 @@ def _moved(rows: pd.DataFrame, layer: Recalibration, level: float) -> np.ndarray
     """A level's quantile after the layer, as :meth:`Recalibration.apply` moves the final window."""
     latent = rows[recalibration.raw_column(level)]
     scale = layer.beta * rows["width_ahead"] + rows["ahead"] * rows["signal_scale"]
-    fractions = rows["fraction"] if "fraction" in rows else pd.Series(0.0, index=rows.index)
-    offset = np.array([np.interp(level, LEVELS, layer.offsets_at(f)) for f in fractions])
-    return rows["anchor"] + layer.beta * (latent - rows["anchor"]) + offset * scale
+    return rows["anchor"] + layer.beta * (latent - rows["anchor"]) + np.interp(level, LEVELS, layer.offsets) * scale
 
 
 def test_beta_keeps_the_share_of_the_predicted_change_that_comes_true():
     for realised in (0.3, 0.6, 1.0):
         layer = learn(held_out_rows(3000, 0, realised))
         assert layer.beta == pytest.approx(realised, abs=0.1), realised
-        assert layer.offsets_at(0.3)[LEVELS.index(0.5)] == 0.0  # beta places the median
+        assert layer.offsets[LEVELS.index(0.5)] == 0.0  # beta places the median
 
 
 def test_offsets_calibrate_each_level_they_were_learned_on_and_the_median_beats_persistence():
@@ -64,22 +60,6 @@ def test_offsets_calibrate_each_level_they_were_learned_on_and_the_median_beats_
     error = np.mean(np.abs(_moved(rows, layer, 0.5) - rows["truth"]))
     assert error < np.mean(np.abs(rows["anchor"] - rows["truth"]))
     assert error < np.mean(np.abs(rows[recalibration.raw_column(0.5)] - rows["truth"]))
-
-
-def test_offsets_move_with_the_share_of_the_plan_and_calibrate_each_cut_they_were_learned_at():
-    """Runs cut late miss by less (a take-off is rarer there): the offsets narrow with the share logged, and are held
-    beyond the cuts they were learned at."""
-    early, late = held_out_rows(2000, 3).assign(fraction=0.2), held_out_rows(2000, 4, miss_scale=0.3).assign(fraction=0.5)
-    layer = learn(pd.concat([early, late], ignore_index=True))
-    assert layer.fractions == (0.2, 0.5)
-    assert layer.offsets_at(0.5)[-1] < 0.5 * layer.offsets_at(0.2)[-1]
-    assert np.all(layer.offsets_at(0.9) == layer.offsets_at(0.5)) and np.all(layer.offsets_at(0.1) == layer.offsets_at(0.2))
-    for rows in (early, late):
-        for level in LEVELS:
-            expected = 0.5 if level == 0.5 else learned_level(level)
-            assert np.mean(rows["truth"] <= _moved(rows, layer, level)) == pytest.approx(expected, abs=0.03), (rows["fraction"].iloc[0], level)
-    pooled = learn(pd.concat([early, late], ignore_index=True).drop(columns="fraction"))
-    assert pooled.fractions == (0.0,) and np.mean(late["truth"] > _moved(late, pooled, 0.95)) < 0.01  # pooled: far too wide late
 
 
 def test_learning_names_missing_columns_and_refuses_rows_without_steps_ahead():
@@ -128,7 +108,7 @@ def test_the_layer_moves_a_real_forecasts_final_window_as_it_learned(quick_model
     with the noise added again after the layer."""
     run = few_runs[0]
     head, total = run.head(int(run.steps[len(run) // 3])), int(run.total_steps or run.steps[-1])
-    layer = Recalibration(beta=0.6, offsets=((-0.5, -0.1, 0.0, 0.3, 1.2), (-0.3, -0.1, 0.0, 0.1, 0.6)), fractions=(0.2, 0.5))
+    layer = Recalibration(beta=0.6, offsets=(-0.4, -0.1, 0.0, 0.2, 0.9))
     model = dataclasses.replace(quick_model, recalibration=layer)
     window = run.steps[-max(1, len(run) // 10) :].astype(float)
     with warnings.catch_warnings():
@@ -139,7 +119,7 @@ def test_the_layer_moves_a_real_forecasts_final_window_as_it_learned(quick_model
     assert moved.raw.draws == pytest.approx(raw.draws) and raw.raw is raw
     terms = recalibration.window_terms(raw, window)
     before = raw.window_reward(window).quantile(np.asarray(LEVELS))
-    row = pd.DataFrame({**terms, "fraction": head.steps[-1] / total, **{recalibration.raw_column(p): [v] for p, v in zip(LEVELS, before)}}, index=[0])
+    row = pd.DataFrame({**terms, **{recalibration.raw_column(p): [v] for p, v in zip(LEVELS, before)}}, index=[0])
     expected = np.array([_moved(row, layer, p)[0] for p in LEVELS])
     if raw.prepared.bounds:
         expected = np.clip(expected, *raw.prepared.bounds)
@@ -149,7 +129,7 @@ def test_the_layer_moves_a_real_forecasts_final_window_as_it_learned(quick_model
 
 
 def test_the_layer_is_saved_with_its_fit_id_and_refused_for_another_fit(quick_model, tmp_path):
-    layer = Recalibration(beta=0.55, offsets=((-0.3, 0.0, 0.0, 0.2, 0.9), (-0.2, 0.0, 0.0, 0.1, 0.5)), fractions=(0.2, 0.5), fit_id=quick_model.fit_id)
+    layer = Recalibration(beta=0.55, offsets=(-0.2, 0.0, 0.0, 0.1, 0.5), fit_id=quick_model.fit_id)
     path = dataclasses.replace(quick_model, recalibration=layer).save(tmp_path / "m.nc", full=False)
     loaded = bg.load_model(path)
     assert loaded.recalibration == layer and loaded.fit_id == quick_model.fit_id
@@ -163,12 +143,10 @@ def test_a_layer_of_the_earlier_form_is_refused_and_a_file_holding_one_loads_raw
     old = json.dumps({"edges": [0.0], "offsets": {"low": [0, 0, 0, 0, 1]}, "fit_id": quick_model.fit_id})
     with pytest.raises(ModelError, match="relearn it"):
         Recalibration.from_json(old)
+    with pytest.raises(ModelError, match="relearn it"):  # offsets that are not one flat row of numbers
+        Recalibration.from_json(json.dumps({"beta": 0.5, "offsets": [[-0.2, 0, 0, 0.1, 0.5]], "fit_id": quick_model.fit_id}))
     with pytest.raises(ModelError, match="non-decreasing"):
         Recalibration(beta=0.5, offsets=(1.0, 0.0, 0.0, 0.0, 0.0))
-    with pytest.raises(ModelError, match="increasing fractions"):
-        Recalibration(beta=0.5, offsets=((0.0,) * len(LEVELS),) * 2, fractions=(0.5, 0.2))
-    flat = json.dumps({"beta": 0.5, "offsets": [-0.2, 0.0, 0.0, 0.1, 0.5], "fit_id": quick_model.fit_id})  # one row for every cut
-    assert Recalibration.from_json(flat).offsets_at(0.7) == pytest.approx([-0.2, 0.0, 0.0, 0.1, 0.5])
     layer = Recalibration(beta=0.5, offsets=(-0.2, 0.0, 0.0, 0.1, 0.5), fit_id=quick_model.fit_id)
     path = dataclasses.replace(quick_model, recalibration=layer).save(tmp_path / "m40.nc", full=False)
     with h5netcdf.File(path, "a") as handle:

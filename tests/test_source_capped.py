@@ -104,36 +104,6 @@ def test_weighted_quantile_ignores_nan_and_zero_weights():
     assert np.isnan(measures.weighted_quantile([np.nan], 0.5))
 
 
-@settings(max_examples=40, deadline=None)
-@given(q=st.floats(0.05, 0.95), slope=st.floats(-5.0, 5.0), seed=st.integers(0, 1000))
-def test_weighted_quantile_line_puts_the_share_q_below_it_at_every_x(q, slope, seed):
-    """Linear quantile regression: at each of two groups of x, about the share q of the values lie below the line
-    (it is each group's quantile when the line can pass through both), and weights act as repeated values."""
-    rng = np.random.default_rng(seed)
-    x = np.repeat([0.2, 0.5], 200)
-    values = slope * x + rng.standard_normal(x.size) * np.where(x < 0.3, 2.0, 0.5)
-    intercept, fitted = measures.weighted_quantile_line(x, values, q)
-    for group in (0.2, 0.5):
-        inside = x == group
-        below = np.mean(values[inside] <= intercept + fitted * group + 1e-9)
-        assert below == pytest.approx(q, abs=0.02)
-    x_repeated, values_repeated = np.concatenate([x, x[::2]]), np.concatenate([values, values[::2]])
-
-    def pinball(line: tuple[float, float]) -> float:  # the loss the line minimises, on the repeated values
-        residual = values_repeated - line[0] - line[1] * x_repeated
-        return float(np.sum(np.maximum(q * residual, (q - 1) * residual)))
-
-    doubled = measures.weighted_quantile_line(x, values, q, np.where(np.arange(x.size) % 2 == 0, 2.0, 1.0))
-    repeated = measures.weighted_quantile_line(x_repeated, values_repeated, q)
-    assert pinball(doubled) == pytest.approx(pinball(repeated), rel=1e-6)  # both optimal (the optimum need not be unique)
-
-
-def test_weighted_quantile_line_with_one_x_is_the_weighted_quantile_and_leaves_nan_out():
-    values = np.array([1.0, 2.0, 3.0, np.nan, 10.0])
-    assert measures.weighted_quantile_line(np.full(5, 0.3), values, 0.5) == (measures.weighted_quantile(values, 0.5), 0.0)
-    assert all(np.isnan(measures.weighted_quantile_line([np.nan], [1.0], 0.5)))
-
-
 def _backtest_rows() -> pd.DataFrame:
     rows = []
     for i in range(SWEEP + SINGLES):
