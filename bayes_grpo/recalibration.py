@@ -140,12 +140,10 @@ class Recalibration:
         n = values.shape[0]
         if n < 2 or prepared.z.size == 0:
             return values
-        ranks = np.empty(n)  # ranked before drawing in (the same order for beta > 0; defined for beta = 0)
-        ranks[np.argsort(values[:, -1], kind="stable")] = (np.arange(n) + 0.5) / n
+        offset = self._offset_by_rank(values[:, -1])  # ranked before drawing in (the same order for beta > 0; defined for 0)
         share = ahead(prepared, steps)
         level = anchor(prepared)
         values = np.where(share[None, :] > 0, level + self.beta * (values - level), values)
-        offset = np.interp(ranks, LEVELS, self.offsets)
         width90 = np.quantile(values, 0.95, axis=0) - np.quantile(values, 0.05, axis=0)
         return values + offset[:, None] * (share * (width90 + signal_scale(prepared)))[None, :]
 
@@ -162,11 +160,15 @@ class Recalibration:
         share = ahead(prepared, steps)
         if samples.size < 2 or prepared.z.size == 0 or not np.any(share > 0):
             return samples
-        ranks = np.empty(samples.size)
-        ranks[np.argsort(samples, kind="stable")] = (np.arange(samples.size) + 0.5) / samples.size
         level = anchor(prepared)
         yardstick = float(np.mean(share * (self.beta * np.asarray(width90, dtype=float) + signal_scale(prepared))))
-        return level + self.beta * (samples - level) + np.interp(ranks, LEVELS, self.offsets) * yardstick
+        return level + self.beta * (samples - level) + self._offset_by_rank(samples) * yardstick
+
+    def _offset_by_rank(self, values: np.ndarray) -> np.ndarray:
+        """Each value's offset ``c(p)`` at its mid-rank ``p = (i + 0.5) / n`` among ``values``."""
+        ranks = np.empty(values.size)
+        ranks[np.argsort(values, kind="stable")] = (np.arange(values.size) + 0.5) / values.size
+        return np.interp(ranks, LEVELS, self.offsets)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
