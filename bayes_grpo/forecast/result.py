@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -249,7 +250,7 @@ class Forecast:
         """Per-draw noise of one logged step, in reward units (the likelihood's, noise floor included)."""
         return step_noise(self.params["sigma"], self.noise_floor) * self.prepared.unit
 
-    @property
+    @cached_property
     def final(self) -> FinalReward:
         """Mean logged reward over the final window, noise included: ``.mean``, ``.quantile(q)``, ``.interval``, ``.samples``.
 
@@ -257,7 +258,7 @@ class Forecast:
         (10%) of the steps the run is expected to log up to ``total_steps``
         (:meth:`final_window_steps`), and the quantity is :meth:`window_reward` of
         those steps: what :func:`bayes_grpo.measures.final_reward` measures on the
-        finished run. The latent level at ``total_steps`` is :attr:`level_at_end`.
+        finished run (computed once per forecast). The latent level at ``total_steps`` is :attr:`level_at_end`.
         """
         return self.window_reward(self.final_window_steps())
 
