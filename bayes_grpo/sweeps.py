@@ -604,7 +604,8 @@ def rank(
     finals = np.tile([final_reward(run.rewards) if done_ else np.nan for run, done_ in zip(runs, finished)], (joint_draws, 1))
     picks = np.zeros((joint_draws, len(runs)), dtype=int)
     for column, i in enumerate(going):
-        finals[:, i] = joint[:, column]
+        reachable = forecasts[i].prepared.bounds  # a run's own range (declared, or inferred from reward_std) bounds its final
+        finals[:, i] = joint[:, column] if reachable is None else np.clip(joint[:, column], *reachable)
         picks[:, i] = _nearest_draws(forecasts[i].final.samples, z[:, column])
     return Ranking(
         run_ids=[run.run_id for run in runs],
