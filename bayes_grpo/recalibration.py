@@ -87,6 +87,12 @@ def raw_column(level: float) -> str:
     return f"raw_q{round(100 * level):02d}"
 
 
+def yardstick(beta: float, ahead: Any, width_ahead: Any, signal_scale: Any) -> Any:
+    """``W`` over a window: ``beta`` times the mean share of the plan ahead times the raw draws' 90% width (the
+    drawn-in width), plus the mean share ahead times ``R`` (:func:`window_terms` gives the terms)."""
+    return beta * width_ahead + ahead * signal_scale
+
+
 def window_terms(forecast: Any, steps: np.ndarray) -> dict[str, float]:
     """What :func:`learn` needs of one held-out raw forecast over its final-window ``steps``: the persistence level,
     the mean share of the plan ahead, the mean of that share times the draws' 90% width, and ``R``."""
@@ -147,22 +153,20 @@ class Recalibration:
         width90 = np.quantile(values, 0.95, axis=0) - np.quantile(values, 0.05, axis=0)
         return values + offset[:, None] * (share * (width90 + signal_scale(prepared)))[None, :]
 
-    def apply_to_window(self, samples: np.ndarray, prepared: PreparedRun, steps: np.ndarray, width90: np.ndarray) -> np.ndarray:
-        """Samples of the mean logged reward over ``steps`` (the raw forecast's, logging noise included) moved as the
-        layer learned them: drawn towards persistence by ``beta``, then each by the offset of its rank times the
-        window's yardstick, ``beta`` times the mean over the window of the share of the plan ahead times the raw
-        draws' 90% width there (``width90``, one per step), plus that mean share times ``R``.
+    def apply_to_window(self, samples: np.ndarray, raw: Any, steps: np.ndarray) -> np.ndarray:
+        """Samples of the mean logged reward over ``steps`` from the raw forecast ``raw`` (logging noise included)
+        moved as the layer learned them: drawn towards persistence by ``beta``, then each by the offset of its rank
+        times the window's :func:`yardstick`, from the same :func:`window_terms` :func:`learn` read.
 
         This is the quantity :func:`learn` calibrates, so a window's reward is calibrated as held-out runs measured
         it. A window wholly at or before the last logged step is returned unchanged.
         """
         samples = np.asarray(samples, dtype=float)
-        share = ahead(prepared, steps)
-        if samples.size < 2 or prepared.z.size == 0 or not np.any(share > 0):
+        terms = window_terms(raw, steps)
+        if samples.size < 2 or raw.prepared.z.size == 0 or terms["ahead"] <= 0:
             return samples
-        level = anchor(prepared)
-        yardstick = float(np.mean(share * (self.beta * np.asarray(width90, dtype=float) + signal_scale(prepared))))
-        return level + self.beta * (samples - level) + self._offset_by_rank(samples) * yardstick
+        level, width = terms["anchor"], yardstick(self.beta, terms["ahead"], terms["width_ahead"], terms["signal_scale"])
+        return level + self.beta * (samples - level) + self._offset_by_rank(samples) * width
 
     def _offset_by_rank(self, values: np.ndarray) -> np.ndarray:
         """Each value's offset ``c(p)`` at its mid-rank ``p = (i + 0.5) / n`` among ``values``."""
@@ -241,7 +245,7 @@ def learn(rows: Any, fit_id: str = "", weights: Sequence[float] | None = None, l
     raw = {p: frame[raw_column(p)].to_numpy(float) for p in LEVELS}
     errors = [np.average(np.abs(level + b * (raw[0.5] - level) - truth) / spread, weights=w) for b in BETA_GRID]
     beta = float(BETA_GRID[int(np.argmin(errors))])
-    scale = beta * frame["width_ahead"].to_numpy(float) + frame["ahead"].to_numpy(float) * frame["signal_scale"].to_numpy(float)
+    scale = yardstick(beta, *(frame[c].to_numpy(float) for c in ("ahead", "width_ahead", "signal_scale")))
     scale = np.where(scale > 0, scale, np.nan)
     known = np.isfinite(scale)
     offsets = tuple(

@@ -35,9 +35,9 @@ the runs still going have reached is an observation of ``w``
 above their forecasts lifts the forecasts of the runs still going, and one whose
 runs ended below them lowers them. A finished run's own final is its measured
 final-window mean (:func:`bayes_grpo.measures.final_reward`), without
-uncertainty. Joint finals are kept within :func:`sweep_bounds` (the declared reward
-range, else a spread beyond the rewards the sweep's runs have logged), never narrower
-than a run's own forecast (its 1-99% quantiles). :data:`FORECAST_ALONE` (``coupling=FORECAST_ALONE``)
+uncertainty. Joint finals are kept within :func:`sweep_bounds` (the declared reward range, else a
+spread beyond the rewards the sweep's runs have logged) and each run's own reachable range (declared,
+or inferred from ``reward_std``), never narrower than a run's own forecast (its 1-99% quantiles). :data:`FORECAST_ALONE` (``coupling=FORECAST_ALONE``)
 draws every run independently from its forecast as it is.
 
 **rank and forecast agree.** :func:`rank` forecasts every run as :func:`bayes_grpo.forecast.forecast`
@@ -235,14 +235,14 @@ class SweepCoupling:
         size: int,
         rng: np.random.Generator,
         finished_scores: Sequence[float] = (),
-        bounds: tuple[float, float] = (-np.inf, np.inf),
+        bounds: tuple[float, float] | Sequence[tuple[float, float]] = (-np.inf, np.inf),
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(size, n) joint draws of the finals of ``n`` forecast runs of one sweep (each run's forecast draws of its
-        final in ``samples``), kept within ``bounds`` (:func:`sweep_bounds`), and the normal scores they were read at."""
+        """(size, n) joint draws of the finals of ``n`` forecast runs of one sweep (each run's forecast draws of its final in
+        ``samples``), kept within ``bounds`` (one pair, or one per run), and the normal scores they were read at."""
         z = self.draw_scores(fraction, len(samples), size, rng, finished_scores)
         finals = np.empty_like(z)
-        for i, draws in enumerate(samples):
-            finals[:, i] = ScoreMap.from_draws(draws).bounded_value(z[:, i], *bounds)
+        for i, (draws, (low, high)) in enumerate(zip(samples, [bounds] * len(samples) if np.ndim(bounds) == 1 else bounds)):
+            finals[:, i] = ScoreMap.from_draws(draws).bounded_value(z[:, i], low, high)
         return finals, z
 
     def for_calibrated(self) -> SweepCoupling:
@@ -599,13 +599,13 @@ def rank(
     scores = scores[np.isfinite(scores)]
     rng = np.random.default_rng([seed, len(runs)])
     ranges = {run.reward_range for run in runs}
-    bounds = sweep_bounds([run.rewards for run in runs], ranges.pop() if len(ranges) == 1 else None)
-    joint, z = coupling.joint_finals(fraction, [forecasts[i].final.samples for i in going], joint_draws, rng, scores, bounds)
+    low, high = sweep_bounds([run.rewards for run in runs], ranges.pop() if len(ranges) == 1 else None)
+    limits = [(max(low, own[0]), min(high, own[1])) for own in (forecasts[i].prepared.bounds or (low, high) for i in going)]
+    joint, z = coupling.joint_finals(fraction, [forecasts[i].final.samples for i in going], joint_draws, rng, scores, limits)
     finals = np.tile([final_reward(run.rewards) if done_ else np.nan for run, done_ in zip(runs, finished)], (joint_draws, 1))
     picks = np.zeros((joint_draws, len(runs)), dtype=int)
     for column, i in enumerate(going):
-        reachable = forecasts[i].prepared.bounds  # a run's own range (declared, or inferred from reward_std) bounds its final
-        finals[:, i] = joint[:, column] if reachable is None else np.clip(joint[:, column], *reachable)
+        finals[:, i] = joint[:, column]
         picks[:, i] = _nearest_draws(forecasts[i].final.samples, z[:, column])
     return Ranking(
         run_ids=[run.run_id for run in runs],

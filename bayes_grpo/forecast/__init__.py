@@ -227,7 +227,6 @@ def forecast(
         outside_population=conditioned.outside_population,
         seed=seed,
         uses_signal="gain_signal" in model.population_arrays(),
-        calibrated=layer is not None,
         layer=layer,
         raw_draws=raw_draws if layer is not None else None,
     )

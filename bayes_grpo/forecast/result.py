@@ -143,14 +143,12 @@ class Forecast:
         :attr:`caveats` says so.
     seed : int
         Seed of the forecast; also fixes the logging noise drawn by :meth:`window_reward`.
-    calibrated : bool
-        Whether the draws went through the model's calibration layer (:mod:`bayes_grpo.recalibration`); the
-        curves (what the stop rule judges) are the model's own.
     layer : Recalibration or None
-        That layer, which :meth:`window_reward` (and so :attr:`final`) applies to the raw forecast's window
-        reward, logging noise included, as it was learned.
+        The model's calibration layer (:mod:`bayes_grpo.recalibration`) the draws went through (:attr:`calibrated`);
+        :meth:`window_reward` (and so :attr:`final`) applies it to the raw forecast's window reward, logging noise
+        included, as it was learned. The curves (what the stop rule judges) are the model's own.
     raw_draws : ndarray or None
-        The draws before the layer (None without one).
+        The draws before the layer (given with ``layer``).
     uses_signal : bool
         Whether the model reads GRPO's learning signal (``reward_std``, model 3.0; see
         :func:`bayes_grpo.prepare.learning_signal`), so that a log without it is worth a caveat.
@@ -181,9 +179,17 @@ class Forecast:
     outside_population: float = 0.0
     seed: int = 0
     uses_signal: bool = False
-    calibrated: bool = False
     layer: Recalibration | None = field(default=None, repr=False)
     raw_draws: np.ndarray | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.layer is not None and self.raw_draws is None:
+            raise ModelError("a calibrated forecast needs its raw_draws (the draws before the layer)")
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether the draws went through the model's calibration layer (:attr:`layer`)."""
+        return self.layer is not None
 
     @property
     def caveats(self) -> list[str]:
@@ -236,9 +242,9 @@ class Forecast:
     @property
     def raw(self) -> Forecast:
         """The model's own forecast, without the calibration layer (this forecast when it has none)."""
-        if self.layer is None or self.raw_draws is None:
+        if self.layer is None:
             return self
-        return replace(self, draws=self.raw_draws, raw_draws=None, layer=None, calibrated=False)
+        return replace(self, draws=self.raw_draws, raw_draws=None, layer=None)
 
     @property
     def last_observed_step(self) -> int | None:
@@ -309,17 +315,14 @@ class Forecast:
         steps = np.atleast_1d(np.asarray(steps, dtype=float))
         if steps.size == 0:
             raise ModelError("window_reward needs at least one step")
+        raw = self.raw
         noise = np.random.default_rng([self.seed, _WINDOW_NOISE_STREAM]).standard_normal(self.draws.shape[0])
-        layered = self.layer is not None and self.raw_draws is not None
-        source = self.raw_draws if layered else self.draws
-        samples = self.mean_over(source, steps) + noise * self.step_noise / np.sqrt(steps.size)
+        samples = raw.mean_over(raw.draws, steps) + noise * self.step_noise / np.sqrt(steps.size)
         bounds = self.prepared.bounds
         if bounds is not None:  # a mean of rewards inside the range they can take stays inside it
             samples = np.clip(samples, *bounds)
-        if layered:
-            raw = self._interpolated(self.raw_draws, steps)
-            width90 = np.quantile(raw, 0.95, axis=0) - np.quantile(raw, 0.05, axis=0)
-            samples = self.layer.apply_to_window(samples, self.prepared, steps, width90)
+        if self.layer is not None:
+            samples = self.layer.apply_to_window(samples, raw, steps)
             if bounds is not None:
                 samples = np.clip(samples, *bounds)
         return FinalReward(samples)
@@ -386,17 +389,13 @@ class Forecast:
 
     def at_steps(self, steps: np.ndarray) -> np.ndarray:
         """Trajectory draws interpolated at arbitrary steps: shape (n_draws, len(steps))."""
-        return self._interpolated(self.draws, steps)
-
-    def _interpolated(self, values: np.ndarray, steps: np.ndarray) -> np.ndarray:
-        """``values`` (draws x :attr:`steps` grid) linearly interpolated at ``steps``."""
         steps = np.asarray(steps, dtype=float)
+        right = np.clip(np.searchsorted(self.steps, steps), 1, self.steps.size - 1) if self.steps.size > 1 else np.zeros(steps.size, int)
         if self.steps.size == 1:
-            return np.repeat(values[:, :1], steps.size, axis=1)
-        right = np.clip(np.searchsorted(self.steps, steps), 1, self.steps.size - 1)
+            return np.repeat(self.draws[:, :1], steps.size, axis=1)
         left = right - 1
         frac = np.clip((steps - self.steps[left]) / (self.steps[right] - self.steps[left]), 0.0, 1.0)
-        return values[:, left] * (1 - frac) + values[:, right] * frac
+        return self.draws[:, left] * (1 - frac) + self.draws[:, right] * frac
 
     def to_frame(self) -> pd.DataFrame:
         """Columns ``step, mean, q05, q25, q50, q75, q95`` on the forecast grid."""
