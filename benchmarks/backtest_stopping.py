@@ -42,8 +42,6 @@ from evaluation import backtest
 from evaluation.calibration import SOURCE_CAP, learn_layer, load_evaluation_runs
 
 
-#: The stopping targets: at most this share of runs above 0.05 regret, at least this mean share of steps saved.
-MAX_BAD_SHARE, MIN_SAVED = 0.10, 0.25
 #: Rules shown side by side (with the threshold sweep left out).
 SIDE_BY_SIDE = (
     backtest.DEFAULT_RULE, backtest.NESTED_RULE, "fixed 40%", "fixed 60%", "fixed 80%", "fixed 90%", "patience 10% of the plan",
@@ -56,8 +54,8 @@ def targets(summary: pd.DataFrame, rule: str = backtest.DEFAULT_RULE) -> str:
     row = summary[summary["rule"] == rule].iloc[0]
     bad, saved, dips = row["share_regret_gt_0.05"], row["mean_saved"], row["share_dip_stops"]
     return (
-        f"- regret > 0.05 in {bad:.1%} of runs (<= {MAX_BAD_SHARE:.0%}): {verdict(bad <= MAX_BAD_SHARE)}\n"
-        f"- mean steps saved {saved:.1%} (>= {MIN_SAVED:.0%}): {verdict(saved >= MIN_SAVED)}\n"
+        f"- regret > 0.05 in {bad:.1%} of runs (<= {backtest.MAX_BAD_SHARE:.0%}): {verdict(bad <= backtest.MAX_BAD_SHARE)}\n"
+        f"- mean steps saved {saved:.1%} (>= {backtest.MIN_SAVED:.0%}): {verdict(saved >= backtest.MIN_SAVED)}\n"
         f"- stops inside a dip that recovers in {dips:.1%} of runs (none): {verdict(dips == 0)}\n"
         f"- median regret {row['median_regret']:.3f}\n"
     )
