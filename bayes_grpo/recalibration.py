@@ -93,12 +93,18 @@ def yardstick(beta: float, ahead: Any, width_ahead: Any, signal_scale: Any) -> A
     return beta * width_ahead + ahead * signal_scale
 
 
+def width_90(values: np.ndarray) -> np.ndarray:
+    """Per step (column), the 90% width of the draws (rows): both quantiles from one partition of each column."""
+    low, high = np.quantile(values, (0.05, 0.95), axis=0)
+    return high - low
+
+
 def window_terms(forecast: Any, steps: np.ndarray) -> dict[str, float]:
     """What :func:`learn` needs of one held-out raw forecast over its final-window ``steps``: the persistence level,
     the mean share of the plan ahead, the mean of that share times the draws' 90% width, and ``R``."""
     steps = np.asarray(steps, dtype=float)
     values = forecast.at_steps(steps)
-    width90 = np.quantile(values, 0.95, axis=0) - np.quantile(values, 0.05, axis=0)
+    width90 = width_90(values)
     share = ahead(forecast.prepared, steps)
     return {
         "anchor": anchor(forecast.prepared),
@@ -150,7 +156,7 @@ class Recalibration:
         share = ahead(prepared, steps)
         level = anchor(prepared)
         values = np.where(share[None, :] > 0, level + self.beta * (values - level), values)
-        width90 = np.quantile(values, 0.95, axis=0) - np.quantile(values, 0.05, axis=0)
+        width90 = width_90(values)
         return values + offset[:, None] * (share * (width90 + signal_scale(prepared)))[None, :]
 
     def apply_to_window(self, samples: np.ndarray, raw: Any, steps: np.ndarray) -> np.ndarray:

@@ -234,17 +234,19 @@ def in_sample(args: argparse.Namespace) -> None:
     model = bg.load_model(args.in_sample)
     runs, sources = calibration.load_evaluation_runs(args.shared, bundled=False, max_runs=args.max_runs, seed=args.seed)
     parts = ["# In-sample check: what the model absorbs of its own training runs\n\n"]
+    args.out.mkdir(parents=True, exist_ok=True)
     variants = {"raw model": False} | ({"with its calibration layer": True} if model.recalibration is not None else {})
     for name, calibrated in variants.items():
         scores = calibration.evaluate(model, runs, seed=args.seed, calibrated=calibrated)
         scores["source"], scores["set"] = scores["run_id"].map(sources), "real"
+        if not calibrated:  # the raw forecasts' rows, to relearn or compare layers on (local only: they name others' runs)
+            scores.to_csv(args.out / "calibration_in_sample_runs.csv", index=False)
         table = calibration.summary_tables(scores)[calibration.REAL_CAPPED]
         parts += [
             f"## {name[0].upper() + name[1:]}\n\n", markdown(table[[c for c in COLUMNS if c in table]]),
             "\nBy thirds of std_rel (source-capped):\n\n", markdown(calibration.by_signal_third(scores)), "\n",
         ]  # fmt: skip
     text = provenance(time.perf_counter() - started) + f"\nModel file: `{args.in_sample.name}` ({model.fitted_on.get('model_version')}); {len(runs)} real runs.\n\n" + "".join(parts)
-    args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "calibration_in_sample.md").write_text(text)
     print(text)
 

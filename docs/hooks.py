@@ -102,6 +102,13 @@ def figures() -> dict[str, str]:
         row = sweeps[sweeps["pruner"].str.startswith(prefix)].iloc[0]
         found[f"sweeps.{key}.saved"] = f"{row['steps saved']:.0%}"
         found[f"sweeps.{key}.best_pruned"] = f"{row['best pruned']:.0%}"
+    persistence = pd.read_csv(RESULTS / "sweep_persistence.csv").set_index("fraction").sort_index()
+    for share in (0.3, 0.5):
+        row = persistence.loc[share]
+        found[f"persistence.{share:.0%}".replace("%", "")] = (
+            f"{row['trailing_end_best']:.0%} of the trials below the median ended best ({row['leading_end_best']:.0%} of those "
+            f"above it; {row['chance_end_best']:.0%} by chance)"
+        )
     coupling = pd.read_csv(RESULTS / "sweep_coupling.csv").set_index("fraction").sort_index()
     found["coupling.correlation"] = _join(f"{v:.2f}" for v in coupling["correlation"])
     found["coupling.q90_q95_30"] = f"{coupling.loc[0.3, 'z_q90']:.1f} and {coupling.loc[0.3, 'z_q95']:.1f}"
