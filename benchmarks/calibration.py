@@ -37,7 +37,7 @@ import pandas as pd
 from common import RESULTS, add_engine_args, add_fold_fit_args, add_run_args, fit_options, markdown, provenance, verdict
 
 from bayes_grpo.population import MODEL_VERSION
-from evaluation import calibration
+from evaluation import baselines, calibration
 
 COLUMNS = ["fraction", "runs", "weight", "error", "mean_error", "persistence", "paper_law", "ratio_to_persistence", "coverage_90", "coverage_50",
            "above_q95", "below_q05", "width_90_median", "quantile_score", "change_after_cut", "ess_median", "pareto_k_above_0.7"]  # fmt: skip
@@ -207,6 +207,17 @@ def main() -> None:
             "Calibrated:\n\n", markdown(calibration.by_signal_third(scores[scores["set"] == "real"])), "\n",
             "Raw model:\n\n", markdown(calibration.by_signal_third(raw[raw["set"] == "real"])), "\n",
         ]  # fmt: skip
+        if raw.loc[raw["set"] == "real", "fold"].nunique() > 1:
+            parts += [
+                "## Beside the calibrated baselines of the model-4 issue (real runs, source-capped)\n\n",
+                "Two cheap ways to calibrate the raw model, learned on the same held-out raw forecasts and cross-fitted the same "
+                "way (each fold's quantiles learned on the other folds' rows; `evaluation.baselines`): a linear quantile regression "
+                "of the change after the cut in `reward_std` units on the cut, the raw median change and log `std_rel`, and "
+                "split-conformal intervals around the raw median in `reward_std` units per third of `std_rel`. "
+                "`worst_third_above_q95`: the largest share above q95 among the three thirds of `std_rel`; "
+                "`quantile_score_ratio`: to the raw model's on the same runs.\n\n",
+                markdown(baselines.comparison(raw, scores if layered else None)), "\n",
+            ]  # fmt: skip
         parts += ["## Side by side on the real runs (run-weighted)\n\n", markdown(side_by_side(scores, lcpfn)), "\n"]
         if lcpfn is None:
             parts.append("LC-PFN: no per-run scores found (run `python benchmarks/lcpfn_baseline.py evaluate --csv benchmarks/results/lcpfn_runs.csv`).\n\n")
