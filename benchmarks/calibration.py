@@ -207,6 +207,14 @@ def main() -> None:
             "Calibrated:\n\n", markdown(calibration.by_signal_third(scores[scores["set"] == "real"])), "\n",
             "Raw model:\n\n", markdown(calibration.by_signal_third(raw[raw["set"] == "real"])), "\n",
         ]  # fmt: skip
+        bounded = calibration.by_reward_bounds(scores[scores["set"] == "real"])
+        if not bounded.empty:
+            parts += [
+                "## By where the reachable range came from (real runs, source-capped)\n\n",
+                "A forecast stays within the rewards' range: a declared `reward_range`, or 0 to k inferred from `reward_std` "
+                "when every logged step fits 0-or-k rewards (`bayes_grpo.prepare.binary_reward_ceiling`); `none`: no range.\n\n",
+                markdown(bounded[[c for c in ("reward_bounds", *COLUMNS) if c in bounded]]), "\n",
+            ]  # fmt: skip
         if raw.loc[raw["set"] == "real", "fold"].nunique() > 1:
             parts += [
                 "## Beside the calibrated baselines of the model-4 issue (real runs, source-capped)\n\n",

@@ -72,6 +72,7 @@ from bayes_grpo.errors import BayesGrpoError, LogError
 from bayes_grpo.forecast import PARETO_K_MAX
 from bayes_grpo.logs import RunLog, load_runs
 from bayes_grpo.parallel import map_jobs
+from bayes_grpo.prepare import PreparedRun
 from bayes_grpo.settings import FORECAST_QUANTILES, GENERATOR_SOURCE
 from evaluation import scoring
 from evaluation.settings import EVALUATION_FRACTIONS, shared_runs_dir
@@ -458,6 +459,14 @@ def score_cut(run: RunLog, fraction: float, predict: Predictor) -> dict[str, Any
     }
 
 
+def reward_bounds(prepared: PreparedRun) -> str:
+    """Where the forecast's reachable range came from: ``"declared"`` (a reward range), ``"inferred"`` (0-or-k rewards
+    read off ``reward_std``: :func:`bayes_grpo.prepare.binary_reward_ceiling`) or ``"none"``."""
+    if prepared.kind == "range":
+        return "declared"
+    return "inferred" if prepared.bounds is not None else "none"
+
+
 def evaluate_run(
     model: FittedModel, run: RunLog, fraction: float, *, seed: int = 0, quantity: Quantity = "window", calibrated: bool = True
 ) -> dict[str, Any] | None:
@@ -482,7 +491,7 @@ def evaluate_run(
     -------
     dict or None
         One row of scores (those of :func:`score_cut`, plus ``pareto_k``, ``proposal``, the
-        regime weights ``p_take_off_ahead``, ``p_plateau``, ``p_decline``, and what a calibration layer
+        regime weights ``p_take_off_ahead``, ``p_plateau``, ``p_decline``, ``reward_bounds`` (:func:`reward_bounds`), and what a calibration layer
         learns from: ``std_rel``, :func:`bayes_grpo.recalibration.window_terms` over the final window and the
         quantiles of the raw forecast's reward over that window, ``raw_q05`` ...); None when the cut
         already reaches the final window (a run logged only part of its planned steps), where
@@ -516,7 +525,7 @@ def evaluate_run(
     raw = fc.raw.window_reward(window).quantile(np.asarray(recalibration.LEVELS))
     return {
         **row, "pareto_k": fc.pareto_k, "proposal": fc.proposal, **{f"p_{name}": weight for name, weight in fc.regimes.items()},
-        "std_rel": recalibration.std_rel(fc.prepared), **recalibration.window_terms(fc.raw, window),
+        "std_rel": recalibration.std_rel(fc.prepared), "reward_bounds": reward_bounds(fc.prepared), **recalibration.window_terms(fc.raw, window),
         **{recalibration.raw_column(level): value for level, value in zip(recalibration.LEVELS, raw)},
     }  # fmt: skip
 
@@ -1099,6 +1108,14 @@ def summary_tables(scores: pd.DataFrame) -> dict[str, pd.DataFrame]:
         }  # fmt: skip
     parts |= {"bundled runs": (bundled, None), "all runs": (scores, None), "all runs, hardest third": (hardest(scores), None)}
     return {title: summarise(part, source_cap=cap) for title, (part, cap) in parts.items() if len(part)}
+
+
+def by_reward_bounds(scores: pd.DataFrame, *, source_cap: float | None = SOURCE_CAP) -> pd.DataFrame:
+    """The summary (:func:`summarise`) per observed fraction and :func:`reward_bounds` of the forecast: are forecasts kept
+    within a declared or inferred range as calibrated as those without one? Empty for rows without ``reward_bounds``."""
+    if "reward_bounds" not in scores:
+        return pd.DataFrame()
+    return summarise(scores, by=("reward_bounds", "fraction"), source_cap=source_cap)
 
 
 def by_signal_third(scores: pd.DataFrame, *, source_cap: float | None = SOURCE_CAP) -> pd.DataFrame:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import bayes_grpo as bg
 from bayes_grpo import measures
 from bayes_grpo.errors import BayesGrpoError
+from bayes_grpo.prepare import prepare_run
 from bayes_grpo.settings import FORECAST_QUANTILES, GENERATOR_SOURCE
 from evaluation import calibration, scoring
 from evaluation.settings import shared_runs_dir
@@ -267,3 +268,27 @@ def test_scoring_one_set_keeps_every_folds_training_runs() -> None:
         calibration.scored_runs(runs, sources, "shared")  # type: ignore[arg-type]
     with pytest.raises(BayesGrpoError, match="no real runs to score"):
         calibration.cross_validate([r for r in runs if calibration.is_bundled(sources[r.run_id])], sources, n_folds=2, scored="real", progress=False)
+
+
+def test_reward_bounds_say_where_the_reachable_range_came_from():
+    """Declared by the log's reward_range, inferred from a 0/1 reward's reward_std, or none; and the benchmark's table by it."""
+    rng = np.random.default_rng(0)
+    steps = np.arange(1, 81)
+    accuracy = np.clip(0.2 + 0.5 * steps / 80 + 0.03 * rng.standard_normal(80), 0.02, 0.98)
+    binary = pd.DataFrame({"step": steps, "reward": accuracy, "reward_std": np.sqrt(accuracy * (1 - accuracy))})
+    kinds = {
+        "declared": bg.read_log(binary[["step", "reward"]], run_id="declared", total_steps=200, reward_range=(0.0, 1.0)),
+        "inferred": bg.read_log(binary, run_id="inferred", total_steps=200),
+        "none": bg.read_log(binary.assign(reward_std=0.3 + 0.1 * rng.random(80)), run_id="none", total_steps=200),
+    }
+    for expected, run in kinds.items():
+        assert calibration.reward_bounds(prepare_run(run)) == expected
+    rows = pd.DataFrame({
+        "reward_bounds": ["none", "inferred", "none"], "fraction": 0.3, "source": ["a", "b", "c"], "error": 0.1, "persistence_error": 0.2,
+        "paper_law_error": 0.3, "covered_90": [True, False, True], "covered_50": True, "above_q95": [False, True, False],
+        "below_q05": False, "width_90": 1.0, "quantile_score": 0.1, "change_after_cut": 0.2, "ess": 900.0,
+    })  # fmt: skip
+    table = calibration.by_reward_bounds(rows)
+    assert table.set_index("reward_bounds").loc["inferred", "above_q95"] == 1.0
+    assert table.set_index("reward_bounds").loc["none", "coverage_90"] == 1.0
+    assert calibration.by_reward_bounds(rows.drop(columns="reward_bounds")).empty
