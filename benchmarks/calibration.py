@@ -161,9 +161,11 @@ def main() -> None:
         folds.to_csv(args.out / "calibration_folds.csv", index=False)
     raw = scores
     layered = not args.from_scores and (scores["set"] == "real").any() and scores["fold"].nunique() > 1
+    declared = pd.DataFrame()
     if layered:  # the package applies its calibration layer by default: judge that, cross-fitted, beside the raw model
         scores = calibration.cross_fitted(cv, n_jobs=args.jobs, cluster=args.cluster, progress=not args.quiet)
         scores.to_csv(args.out / "calibration_runs_calibrated.csv", index=False)
+        declared = calibration.with_declared_ranges(cv, n_jobs=args.jobs, cluster=args.cluster, progress=not args.quiet)
     tables = calibration.summary_tables(scores)
     pd.concat([t.assign(set=title) for title, t in tables.items()], ignore_index=True).to_csv(args.out / "calibration.csv", index=False)
     calibration.calibration_figure(scores).savefig(args.out / "calibration.png", dpi=110)
@@ -207,12 +209,14 @@ def main() -> None:
             "Calibrated:\n\n", markdown(calibration.by_signal_third(scores[scores["set"] == "real"])), "\n",
             "Raw model:\n\n", markdown(calibration.by_signal_third(raw[raw["set"] == "real"])), "\n",
         ]  # fmt: skip
-        bounded = calibration.by_reward_bounds(scores[scores["set"] == "real"])
+        bounded = calibration.by_reward_bounds(pd.concat([scores[scores["set"] == "real"], declared], ignore_index=True))
         if not bounded.empty:
             parts += [
                 "## By where the reachable range came from (real runs, source-capped)\n\n",
                 "A forecast stays within the rewards' range: a declared `reward_range`, or 0 to k inferred from `reward_std` "
-                "when every logged step fits 0-or-k rewards (`bayes_grpo.prepare.binary_reward_ceiling`); `none`: no range.\n\n",
+                "when every logged step fits 0-or-k rewards (`bayes_grpo.prepare.binary_reward_ceiling`); `none`: no range. "
+                "`declared`: the runs whose whole log shows 0-or-k rewards forecast again with `reward_range=(0, k)` declared "
+                "(`evaluation.calibration.with_declared_ranges`; the same fold models and layers).\n\n",
                 markdown(bounded[[c for c in ("reward_bounds", *COLUMNS) if c in bounded]]), "\n",
             ]  # fmt: skip
         if raw.loc[raw["set"] == "real", "fold"].nunique() > 1:

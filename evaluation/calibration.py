@@ -72,7 +72,7 @@ from bayes_grpo.errors import BayesGrpoError, LogError
 from bayes_grpo.forecast import PARETO_K_MAX
 from bayes_grpo.logs import RunLog, load_runs
 from bayes_grpo.parallel import map_jobs
-from bayes_grpo.prepare import PreparedRun
+from bayes_grpo.prepare import PreparedRun, prepare_run
 from bayes_grpo.settings import FORECAST_QUANTILES, GENERATOR_SOURCE
 from evaluation import scoring
 from evaluation.settings import EVALUATION_FRACTIONS, shared_runs_dir
@@ -894,6 +894,35 @@ def cross_fitted(cv: CrossValidation, *, n_jobs: int | None = 1, cluster: str | 
     scores = pd.concat(parts, ignore_index=True)
     scores["source"] = scores["run_id"].map(dict(zip(cv.scores["run_id"], cv.scores["source"])))
     scores["set"] = np.where(scores["source"].map(is_bundled), "bundled", "real")
+    return scores
+
+
+def declared_range(run: RunLog) -> RunLog | None:
+    """``run`` with its 0-or-k rewards' range declared, ``reward_range=(0, k)`` (``k`` inferred from its whole log's
+    ``reward_std``, :func:`bayes_grpo.prepare.binary_reward_ceiling`, to one decimal: a 0/1 reward declares (0, 1));
+    None for a run whose rewards are not 0-or-k or that declares a range already."""
+    if run.reward_range is not None:
+        return None
+    ceiling = prepare_run(run, require_total=False).reward_ceiling
+    return None if ceiling is None else run.with_meta(reward_range=(0.0, round(ceiling, 1)))
+
+
+def with_declared_ranges(cv: CrossValidation, *, n_jobs: int | None = 1, cluster: str | None = None, progress: bool = True) -> pd.DataFrame:
+    """The held-out real runs with 0-or-k rewards forecast again with that range declared (:func:`declared_range`), each
+    by its fold's model and the layer learned on the other folds, as :func:`cross_fitted` forecasts them: is a forecast
+    within a declared range as calibrated as one within the same range inferred, or one without?"""
+    sources = dict(zip(cv.scores["run_id"], cv.scores["source"]))
+    jobs = []
+    for job, model in zip(cv.jobs, cv.models):
+        real = (run for run in job.test if not is_bundled(sources.get(run.run_id, BUNDLED_SOURCE)))
+        declared = tuple(d for d in map(declared_range, real) if d is not None)
+        if declared:
+            jobs.append((dataclasses.replace(job, test=declared), model, learn_layer(cv.scores[cv.scores["fold"] != job.fold])))
+    if not jobs:
+        return pd.DataFrame()
+    parts = map_jobs(_calibrated_fold, jobs, n_jobs=n_jobs, cluster=cluster, progress=progress, desc="declared ranges")
+    scores = pd.concat(parts, ignore_index=True)
+    scores["source"], scores["set"] = scores["run_id"].map(sources), "real"
     return scores
 
 

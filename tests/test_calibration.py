@@ -283,6 +283,10 @@ def test_reward_bounds_say_where_the_reachable_range_came_from():
     }
     for expected, run in kinds.items():
         assert calibration.reward_bounds(prepare_run(run)) == expected
+    # The 0/1 run gets its range declared for the benchmark's check; the others have nothing to declare.
+    assert calibration.declared_range(kinds["inferred"]).reward_range == (0.0, 1.0)
+    assert calibration.reward_bounds(prepare_run(calibration.declared_range(kinds["inferred"]))) == "declared"
+    assert calibration.declared_range(kinds["declared"]) is None and calibration.declared_range(kinds["none"]) is None
     rows = pd.DataFrame({
         "reward_bounds": ["none", "inferred", "none"], "fraction": 0.3, "source": ["a", "b", "c"], "error": 0.1, "persistence_error": 0.2,
         "paper_law_error": 0.3, "covered_90": [True, False, True], "covered_50": True, "above_q95": [False, True, False],
