@@ -209,14 +209,16 @@ def main() -> None:
             "Calibrated:\n\n", markdown(calibration.by_signal_third(scores[scores["set"] == "real"])), "\n",
             "Raw model:\n\n", markdown(calibration.by_signal_third(raw[raw["set"] == "real"])), "\n",
         ]  # fmt: skip
-        bounded = calibration.by_reward_bounds(pd.concat([scores[scores["set"] == "real"], declared], ignore_index=True))
+        as_logged = scores[scores["run_id"].isin(declared["run_id"])].assign(reward_bounds="the declared runs as logged") if len(declared) else declared
+        bounded = calibration.by_reward_bounds(pd.concat([scores[scores["set"] == "real"], declared, as_logged], ignore_index=True))
         if not bounded.empty:
             parts += [
                 "## By where the reachable range came from (real runs, source-capped)\n\n",
                 "A forecast stays within the rewards' range: a declared `reward_range`, or 0 to k inferred from `reward_std` "
                 "when every logged step fits 0-or-k rewards (`bayes_grpo.prepare.binary_reward_ceiling`); `none`: no range. "
                 "`declared`: the runs whose whole log shows 0-or-k rewards forecast again with `reward_range=(0, k)` declared "
-                "(`evaluation.calibration.with_declared_ranges`; the same fold models and layers).\n\n",
+                "(`evaluation.calibration.with_declared_ranges`; the same fold models and layers), and `the declared runs as logged`: the "
+                "same runs' forecasts without the declaration.\n\n",
                 markdown(bounded[[c for c in ("reward_bounds", *COLUMNS) if c in bounded]]), "\n",
             ]  # fmt: skip
         if raw.loc[raw["set"] == "real", "fold"].nunique() > 1:
