@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import linprog, minimize
+from scipy.optimize import minimize
 from common import RESULTS, add_run_args, markdown, provenance
 from scipy.special import expit
 
@@ -49,6 +49,7 @@ from bayes_grpo.settings import FORECAST_QUANTILES
 from bayes_grpo.stopping import MIN_STOP_FRACTION
 from evaluation import calibration, scoring
 from evaluation.backtest import ORACLE_REGRET, check_indices, score
+from evaluation.baselines import quantile_regression
 from evaluation.settings import EVALUATION_FRACTIONS
 
 #: Feature sets of the forecast regressions (empty: the constant only).
@@ -81,14 +82,6 @@ def head_features(steps: np.ndarray, rewards: np.ndarray, total_steps: float) ->
         "projected": float(np.clip(slope * (total_steps - steps[-1]) / unit, -10, 10)),
         "fall": (curve.max() - curve[-1]) / unit,
     }
-
-
-def quantile_regression(X: np.ndarray, y: np.ndarray, q: float) -> np.ndarray:
-    """Coefficients minimising the pinball loss at level ``q`` (exact, as a linear programme)."""
-    n, p = X.shape
-    cost = np.r_[np.zeros(2 * p), np.full(n, q), np.full(n, 1 - q)]
-    result = linprog(cost, A_eq=np.c_[X, -X, np.eye(n), -np.eye(n)], b_eq=y, bounds=(0, None), method="highs")
-    return result.x[:p] - result.x[p : 2 * p]
 
 
 def logistic_regression(X: np.ndarray, y: np.ndarray, ridge: float = RIDGE) -> np.ndarray:

@@ -105,7 +105,7 @@ def figures() -> dict[str, str]:
     persistence = pd.read_csv(RESULTS / "sweep_persistence.csv").set_index("fraction").sort_index()
     for share in (0.3, 0.5):
         row = persistence.loc[share]
-        found[f"persistence.{share:.0%}".replace("%", "")] = (
+        found[f"persistence.{round(100 * share)}"] = (
             f"{row['trailing_end_best']:.0%} of the trials below the median ended best ({row['leading_end_best']:.0%} of those "
             f"above it; {row['chance_end_best']:.0%} by chance)"
         )

@@ -32,7 +32,7 @@ from bayes_grpo.errors import BayesGrpoError
 from bayes_grpo.measures import weighted_quantile
 from bayes_grpo.recalibration import LEVELS, learned_level, raw_column
 from evaluation import scoring
-from evaluation.calibration import source_weights
+from evaluation.calibration import SOURCE_CAP, by_signal_third, source_weights, summarise
 
 #: A baseline maps (training rows, rows to forecast) to a (rows, LEVELS) array of quantiles of the final-window reward.
 Baseline = Callable[[pd.DataFrame, pd.DataFrame], np.ndarray]
@@ -159,8 +159,6 @@ def comparison(raw: pd.DataFrame, calibrated: pd.DataFrame | None = None) -> pd.
     (``calibrated``: :func:`evaluation.calibration.cross_fitted` rows, when given) and each of :data:`BASELINES`,
     cross-fitted on ``raw`` (:func:`cross_fitted`).
     """
-    from evaluation.calibration import SOURCE_CAP, by_signal_third, summarise
-
     real = raw[raw["set"] == "real"] if "set" in raw else raw
     methods = {RAW: real}
     if calibrated is not None:

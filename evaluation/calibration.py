@@ -877,6 +877,11 @@ def learn_layer(scores: pd.DataFrame, fit_id: str = "") -> recalibration.Recalib
     return recalibration.learn(real, fit_id=fit_id, weights=weights, learned_on=learned_on)
 
 
+def _other_folds_layer(cv: CrossValidation, fold: int) -> recalibration.Recalibration:
+    """The layer a fold's model forecasts with when judged honestly: learned on the other folds' held-out real runs."""
+    return learn_layer(cv.scores[cv.scores["fold"] != fold])
+
+
 def _calibrated_fold(job: tuple[FoldJob, FittedModel, recalibration.Recalibration]) -> pd.DataFrame:
     fold, model, layer = job
     layered = dataclasses.replace(model, recalibration=layer)
@@ -889,7 +894,7 @@ def cross_fitted(cv: CrossValidation, *, n_jobs: int | None = 1, cluster: str | 
 
     Returns scores like :attr:`CrossValidation.scores` (same ``source`` and ``set`` columns).
     """
-    jobs = [(job, model, learn_layer(cv.scores[cv.scores["fold"] != job.fold])) for job, model in zip(cv.jobs, cv.models)]
+    jobs = [(job, model, _other_folds_layer(cv, job.fold)) for job, model in zip(cv.jobs, cv.models)]
     parts = map_jobs(_calibrated_fold, jobs, n_jobs=n_jobs, cluster=cluster, progress=progress, desc="calibrated folds")
     scores = pd.concat(parts, ignore_index=True)
     scores["source"] = scores["run_id"].map(dict(zip(cv.scores["run_id"], cv.scores["source"])))
@@ -917,7 +922,7 @@ def with_declared_ranges(cv: CrossValidation, *, n_jobs: int | None = 1, cluster
         real = (run for run in job.test if not is_bundled(sources.get(run.run_id, BUNDLED_SOURCE)))
         declared = tuple(d for d in map(declared_range, real) if d is not None)
         if declared:
-            jobs.append((dataclasses.replace(job, test=declared), model, learn_layer(cv.scores[cv.scores["fold"] != job.fold])))
+            jobs.append((dataclasses.replace(job, test=declared), model, _other_folds_layer(cv, job.fold)))
     if not jobs:
         return pd.DataFrame()
     parts = map_jobs(_calibrated_fold, jobs, n_jobs=n_jobs, cluster=cluster, progress=progress, desc="declared ranges")
