@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import beta
+from scipy.special import betaln
 
 from bayes_grpo.errors import ModelError
 from bayes_grpo.logs import RunLog, normalise_family
@@ -63,10 +63,9 @@ SIGNAL_CENTRE, SIGNAL_SCALE, SIGNAL_CLIP = -0.3, 1.0, 3.0
 NO_SIGNAL_SPREAD = 1e-3
 NO_SIGNAL_ZERO_SHARE = 0.99
 #: A trailing stretch of steps without signal counts as the end of learning when a stretch that long would turn up
-#: by chance anywhere in a log of that length with less than this probability.
+#: by chance anywhere in a log of that length with less than this probability (averaged over the rates of such
+#: steps that the steps before the stretch leave plausible).
 NO_SIGNAL_CHANCE = 0.01
-#: ... with the log's rate of such steps taken at this upper bound of what the steps before the stretch say.
-NO_SIGNAL_RATE_BOUND = 0.8
 # Initial reward (fraction of the range) that the population effects are centred on.
 INITIAL_REWARD_CENTRE = 0.3
 #: A planned length more than this many times the last logged step: a forecast extrapolates far beyond
@@ -297,11 +296,13 @@ def no_learning_signal(rewards: np.ndarray, reward_std: np.ndarray | None, zero_
     :data:`NO_SIGNAL_ZERO_SHARE`). In logs of one small group a step a quiet step is common by
     chance (2 completions of a prompt solved 30% of the time agree 58% of the time), so the
     trailing stretch of quiet steps must be long against the log's own rate ``f`` of quiet steps
-    before it (an upper bound, :data:`NO_SIGNAL_RATE_BOUND`, of what those steps say): a stretch of ``L`` turns up anywhere in
-    ``n`` steps with probability about ``n (1 - f) f^L``, and the run has no signal left when that is
-    below :data:`NO_SIGNAL_CHANCE` and the stretch is at least :data:`SIGNAL_POINTS` steps. What the batch mean does meanwhile does
-    not matter: different prompts are solved or failed from step to step, so it moves even when
-    no group can teach the policy anything.
+    before it: a stretch of ``L`` turns up anywhere in ``n`` steps with probability about
+    ``n (1 - f) f^L``, averaged over ``f``'s posterior given the steps before the stretch
+    (Beta(quiet + 1, signalled + 1): the posterior predictive, in closed form), and the run has
+    no signal left when that is below :data:`NO_SIGNAL_CHANCE` and the stretch is at least
+    :data:`SIGNAL_POINTS` steps. What the batch mean does meanwhile does not matter: different
+    prompts are solved or failed from step to step, so it moves even when no group can teach the
+    policy anything.
     """
     n = np.asarray(rewards).size
     quiet = np.zeros(n, bool)
@@ -315,11 +316,13 @@ def no_learning_signal(rewards: np.ndarray, reward_std: np.ndarray | None, zero_
     before = quiet[: n - stretch]
     if not before.any():  # no quiet step before the stretch: nothing says such steps come by chance in this log
         return True
-    # A chance rate the steps before hardly rule out (the 80% upper bound of a Beta posterior): a short log's few
-    # steps say little about it. One shared log of one small group a step had 2 quiet steps of 3, then 16 quiet
-    # ones, and rose later (bound 0.78: no stop); the canonical flat run without signal has 1 of 4, then 11 (0.49: stop).
-    rate = float(beta.ppf(NO_SIGNAL_RATE_BOUND, before.sum() + 1, before.size - before.sum() + 1))
-    return n * (1.0 - rate) * rate**stretch < NO_SIGNAL_CHANCE
+    # E[(1 - f) f^L] under Beta(a, b) is B(a + L, b + 1) / B(a, b). A short log's few steps before the stretch leave
+    # high rates plausible: one shared log of one small group a step, with 2 quiet steps of 3 and then 28 quiet ones,
+    # has a chance of 0.023 (no stop; it rose later), where an 80% upper bound of the rate (0.8) gave 0.008 and
+    # stopped it; the canonical flat run without signal has 1 of 4, then 11 (0.0097: stop).
+    quiet_before, signalled_before = int(before.sum()), int(before.size - before.sum())
+    chance = n * np.exp(betaln(quiet_before + 1 + stretch, signalled_before + 2) - betaln(quiet_before + 1, signalled_before + 1))
+    return bool(chance < NO_SIGNAL_CHANCE)
 
 
 def _recent_mean(values: np.ndarray | None) -> float:

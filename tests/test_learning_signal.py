@@ -184,6 +184,17 @@ def test_a_chance_streak_in_small_groups_is_judged_by_its_length():
     assert prepare_run(_run(rewards, np.where(long, 0.0, 1.0), total=200)).signal_exhausted
 
 
+def test_a_streak_is_judged_against_every_rate_the_steps_before_leave_plausible():
+    """2 quiet steps of 3, then 28 quiet ones: the 3 steps cannot rule out that quiet steps are the norm in this log
+    (a streak that long turns up by chance with probability 0.023), so learning goes on; after 20 steps with signal,
+    the same streak is its end. An upper bound of the quiet rate at 80% (0.80) put the first at 0.008 and stopped it."""
+    rewards = np.where(np.random.default_rng(2).random(48) < 0.5, 2.0, 0.0)
+    for signalled_first, exhausted in ((np.array([True, True, False]), False), (np.zeros(20, bool), True)):
+        quiet = np.r_[signalled_first, np.ones(28, bool)]
+        run = _run(rewards[: quiet.size], np.where(quiet, 0.0, 1.414), total=300)
+        assert prepare_run(run).signal_exhausted is exhausted
+
+
 def test_plentiful_signal_is_named_when_the_run_goes_on():
     model = bg.default_model()
     head = measures.cut(shapes.make_run("flat_signal", 250, 0.03, 0), 0.3)
