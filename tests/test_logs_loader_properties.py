@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import bayes_grpo as bg
@@ -120,6 +120,7 @@ def test_resumed_console_log(total, data, steps_per_epoch):
 
 @SETTINGS
 @given(epochs=st.lists(st.one_of(st.floats(allow_nan=True), st.text(max_size=4), st.none()), min_size=1, max_size=12))
+@example(epochs=[1.5909613979549862e-252, -2.8600603829346317e56])  # a resume 10^308 advances away: no step to place it at
 def test_console_dicts_with_any_epochs_only_raise_logerror(epochs):
     text = "\n".join(str({"reward": "0.5", "epoch": e}) for e in epochs)
     with tempfile.TemporaryDirectory() as tmp:

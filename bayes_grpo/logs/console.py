@@ -175,8 +175,8 @@ def _steps_after_resumes(dicts: list[dict]) -> list[int] | None:
         return values[i] == values[i - 1] and per_dict > 1.5 * resolution
 
     resumes = {i for i in range(1, len(values)) if resumed(i)}
-    if not resumes:
-        return None
+    if not resumes or not all(math.isfinite(values[i] / per_dict) for i in resumes):
+        return None  # no resume, or one whose step the first stretch's advance cannot place (a tiny advance, a huge epoch)
     steps, current = [], 0
     for i, epoch in enumerate(values):
         current = max(1, round(epoch / per_dict)) if i in resumes else current + 1
