@@ -63,11 +63,42 @@ def targets(summary: pd.DataFrame, rule: str = backtest.DEFAULT_RULE) -> str:
 
 def side_by_side(runs: pd.DataFrame, capped: pd.DataFrame) -> pd.DataFrame:
     """The rules of :data:`SIDE_BY_SIDE`, run-weighted and source-capped figures next to each other."""
-    columns = {"mean_saved": "saved", "share_regret_gt_0.05": "regret > 0.05", "median_regret": "median regret", "share_dip_stops": "dip stops"}
+    columns = {
+        "mean_saved": "saved", "share_regret_gt_0.05": "regret > 0.05", "noise_bad": "bad from noise alone", "median_regret": "median regret",
+        "share_dip_stops": "dip stops",
+    }  # fmt: skip
     picked = [table[table["rule"].isin(SIDE_BY_SIDE)].set_index("rule")[list(columns)].rename(columns=columns) for table in (runs, capped)]
     joined = picked[0].join(picked[1], lsuffix=" (runs)", rsuffix=" (capped)")
     order = [f"{name} ({kind})" for name in columns.values() for kind in ("runs", "capped")]
     return joined.reindex([r for r in SIDE_BY_SIDE if r in joined.index])[order].reset_index()
+
+
+def noise_section(traces: list, capped: pd.DataFrame) -> list[str]:
+    """What logging noise leaves any rule on the real runs: its share of the default rule's bad stops, and the frontier of a
+    rule that knew where every run stops rising (:func:`evaluation.backtest.noise_limited_frontier`)."""
+    real = [tr for tr in traces if tr.set == "real"]
+    frontier = backtest.noise_limited_frontier([tr.run for tr in real], [tr.source for tr in real])
+    default = capped[capped["rule"] == backtest.DEFAULT_RULE].iloc[0]
+    oracle = capped[capped["rule"].str.startswith("hindsight oracle")].iloc[0]
+    at_budget = frontier[frontier["noise_budget"] == backtest.MAX_BAD_SHARE]
+    return [
+        "\n## What logging noise leaves a rule (real runs, source-capped)\n\n",
+        "A stop where a run's expected reward has stopped rising can still count as bad: S at the last step and S at the stop "
+        "average different logged rewards, and the noise after the stop can lift the first by more than "
+        f"{backtest.ORACLE_REGRET:g} of the spread. Column `bad from noise alone` above: the mean probability of that over a rule's stops "
+        "(`evaluation.scoring.noise_bad_probability`: S is linear in the rewards, so the noise part of the regret is Normal "
+        "with SD the per-step noise times the norm of the difference of the smoother's weights; independent steps assumed). "
+        f"The default rule's stops would count as bad in {default['noise_bad']:.1%} of the runs from noise alone, against "
+        f"{default['share_regret_gt_0.05']:.1%} measured (the rest is the forecast's). The hindsight oracle saves "
+        f"{oracle['mean_saved']:.1%} with no bad stop only because it knows the noise after each stop: were that noise unknown, its "
+        f"stops would count as bad in {oracle['noise_bad']:.1%} of the runs.\n\n"
+        "The most a rule could save within a budget of such bad stops, had it known where every run stops rising (any check "
+        f"from {stopping.MIN_STOP_FRACTION:.0%} whose hindsight regret is at most {backtest.ORACLE_REGRET:g}) but not the noise after its stop "
+        "(`evaluation.backtest.noise_limited_frontier`):\n\n",
+        markdown(frontier.rename(columns={"noise_budget": "bad stops from noise, at most", "saved": "steps saved, at most", "stopped": "runs stopped"})),
+        f"\nAt the target's {backtest.MAX_BAD_SHARE:.0%}, even that rule saves {at_budget['saved'].iloc[0]:.1%}; the target asks "
+        f"{backtest.MIN_SAVED:.0%}, with forecast errors on top of the noise.\n",
+    ]
 
 
 def bad_stops(results: pd.DataFrame, rule: str = backtest.DEFAULT_RULE) -> pd.DataFrame:
@@ -170,6 +201,7 @@ def main() -> None:
         parts += [
             f"## Side by side, real runs (run-weighted, and each source counted as at most {SOURCE_CAP} runs)\n\n",
             markdown(side_by_side(tables["real"], tables["real, source-capped"])),
+            *noise_section(result.traces, tables["real, source-capped"]),
             "\n## Bad stops of the default rule, real runs\n\n",
             markdown(bad_stops(sets["real"])),
             "\n",

@@ -27,7 +27,12 @@ Scores, from the full logged run (never shown to a rule; all on the smoother of 
 * **dip stop**: the stop fell inside a dip the run later recovered from
   (:func:`stopped_in_recovering_dip`): what a rule that mistakes a dip for a
   decline does;
-* **flips**: the share of consecutive checks whose decisions differ.
+* **flips**: the share of consecutive checks whose decisions differ;
+* **noise bad**: the probability that logging noise alone makes the stop count as bad, were the
+  run's expected reward flat from the stop on (:func:`evaluation.scoring.noise_bad_probability`).
+  Its mean is the share of bad stops no forecast could avoid at those stops; the best a rule
+  that knew where every run stops rising could save under a budget of such noise is
+  :func:`noise_limited_frontier`.
 
 Summaries count every run once (:func:`summarise`) or each source as at most
 :data:`~evaluation.calibration.SOURCE_CAP` runs (:func:`summarise_source_capped`),
@@ -52,7 +57,7 @@ the causally smoothed reward, :class:`~bayes_grpo.stopping.PatienceRule`, like
 (:func:`baseline_rules`): the paper's "80% of an epoch" (arXiv 2507.18014;
 :func:`epoch_fraction`: each run's declared ``steps_per_epoch``, else the planned run taken
 as one epoch), Optuna's ``PatientPruner``, and the hindsight oracle (the first check whose
-regret is at most 0.05), which knows the future and bounds what any rule can save.
+regret is at most 0.05), which knows the future (its logging noise included) and bounds what any rule can save.
 """
 
 from __future__ import annotations
@@ -155,24 +160,26 @@ def score(run: RunLog, stop_index: int | None) -> dict[str, float]:
     Returns
     -------
     dict
-        ``stop_step``, ``saved`` ((last - stop) / last), ``regret`` (:func:`evaluation.scoring.regret`)
-        and ``dip_stop`` (:func:`stopped_in_recovering_dip`).
+        ``stop_step``, ``saved`` ((last - stop) / last), ``regret`` (:func:`evaluation.scoring.regret`),
+        ``dip_stop`` (:func:`stopped_in_recovering_dip`) and ``noise_bad``
+        (:func:`evaluation.scoring.noise_bad_probability`).
 
     Example
     -------
     >>> score(run, None)  # doctest: +SKIP
-    {'stop_step': 100, 'saved': 0.0, 'regret': 0.0, 'dip_stop': False}
+    {'stop_step': 100, 'saved': 0.0, 'regret': 0.0, 'dip_stop': False, 'noise_bad': 0.0}
     """
     steps = run.steps
     last = int(steps[-1])
     if stop_index is None:
-        return {"stop_step": last, "saved": 0.0, "regret": 0.0, "dip_stop": False}
+        return {"stop_step": last, "saved": 0.0, "regret": 0.0, "dip_stop": False, "noise_bad": 0.0}
     stop = int(steps[stop_index])
     return {
         "stop_step": stop,
         "saved": (last - stop) / last,
         "regret": scoring.regret(steps, run.rewards, stop),
         "dip_stop": stopped_in_recovering_dip(run, stop),
+        "noise_bad": scoring.noise_bad_probability(steps, run.rewards, stop, ORACLE_REGRET),
     }
 
 
@@ -405,6 +412,84 @@ def oracle_rule(limit: float = ORACLE_REGRET) -> Rule:
     return rule
 
 
+#: Budgets of bad stops from logging noise alone at which :func:`noise_limited_frontier` is read.
+NOISE_BUDGETS = (0.04, 0.06, 0.08, 0.10, 0.15)
+
+
+def noise_limited_frontier(
+    runs: Sequence[RunLog],
+    sources: Sequence[str],
+    budgets: Sequence[float] = NOISE_BUDGETS,
+    start: float = MIN_STOP_FRACTION,
+    every: float = CHECK_EVERY,
+    cap: float = SOURCE_CAP,
+) -> pd.DataFrame:
+    """Most steps a rule could save within each budget of bad stops from logging noise, had it known where every run stops rising.
+
+    Such a rule may stop a run at any check from ``start`` whose hindsight regret is at most
+    :data:`ORACLE_REGRET` (where the hindsight oracle may stop), but it cannot know the logging
+    noise after its stop: that stop counts as bad with probability
+    :func:`evaluation.scoring.noise_bad_probability`. Choosing for each run a stop, or none, to
+    save the most steps while the expected share of bad stops stays within a budget is solved on
+    a grid of Lagrange multipliers (each run then picks the stop that maximises saved minus the
+    multiplier times its chance of counting as bad); the largest saving found within each budget
+    is reported. Runs are weighed as the targets weigh them (each source as at most ``cap`` runs).
+    Not a rule: it shows how much of the bad-stop budget logging noise takes from the best stops there are.
+
+    Parameters
+    ----------
+    runs : sequence of RunLog
+        Complete runs.
+    sources : sequence of str
+        Each run's source.
+    budgets : sequence of float
+        Expected shares of bad stops (from noise alone) to read the frontier at.
+    start, every : float
+        First stop and spacing of the checks, shares of each run's last step (the rule's minimum fraction and the backtest's checks).
+    cap : float
+        Most runs a source counts as.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per budget: ``noise_budget``, ``saved`` (mean share of the steps saved) and ``stopped`` (share of runs stopped).
+
+    Example
+    -------
+    >>> noise_limited_frontier(runs, [sources[r.run_id] for r in runs])  # doctest: +SKIP
+    """
+    if len(runs) != len(sources):
+        raise ValueError(f"one source per run: got {len(runs)} runs and {len(sources)} sources")
+    counts = pd.Series(list(sources)).value_counts()
+    weights = np.array([min(1.0, cap / counts[s]) for s in sources])
+    options = []  # per run: (saved, chance of a bad stop from noise) at each stop a plateau-knowing rule may make
+    for run in runs:
+        steps, rewards = run.steps.astype(float), run.rewards
+        spread = measures.reward_spread(rewards)
+        indices, fractions = check_indices(run, CHECK_START, every)
+        indices = indices[fractions >= start - 1e-9]
+        curve = measures.smoothed(steps, rewards)
+        plateau = [i for i in indices if spread > 0 and (curve[-1] - curve[i]) / spread <= ORACLE_REGRET]
+        options.append(np.array([((steps[-1] - steps[i]) / steps[-1], scoring.noise_bad_probability(steps, rewards, steps[i], ORACLE_REGRET)) for i in plateau]).reshape(-1, 2))
+    points = []
+    for multiplier in np.concatenate([[0.0], np.geomspace(1e-3, 1e3, 400), [np.inf]]):
+        saved = bad = stopped = 0.0
+        for w, opts in zip(weights, options):
+            if not opts.size or multiplier == np.inf:
+                continue
+            value = opts[:, 0] - multiplier * opts[:, 1]
+            best = int(np.argmax(value))
+            if value[best] > 0:
+                saved, bad, stopped = saved + w * opts[best, 0], bad + w * opts[best, 1], stopped + w
+        points.append((saved / weights.sum(), bad / weights.sum(), stopped / weights.sum()))
+    frontier = pd.DataFrame(points, columns=["saved", "bad", "stopped"])
+    rows = []
+    for budget in budgets:
+        best = frontier[frontier["bad"] <= budget + 1e-12].sort_values("saved").iloc[-1]
+        rows.append({"noise_budget": float(budget), "saved": float(best["saved"]), "stopped": float(best["stopped"])})
+    return pd.DataFrame(rows)
+
+
 def baseline_rules() -> dict[str, Rule]:
     """The comparison trace functions, by name (the rule-object baselines are :func:`rule_baselines`)."""
     return {
@@ -483,7 +568,8 @@ def summarise(results: pd.DataFrame, by: Sequence[str] = ("rule", "threshold")) 
     -------
     pandas.DataFrame
         Columns ``runs, mean_saved, median_saved, median_regret,
-        share_regret_gt_0.05, share_regret_gt_0.10, share_stopped, share_dip_stops
+        share_regret_gt_0.05, share_regret_gt_0.10, noise_bad (the mean chance that logging noise alone
+        makes a stop count as bad, :func:`score`), share_stopped, share_dip_stops
         (stops inside a dip the run recovered from, :func:`stopped_in_recovering_dip`), flip_rate,
         share_flip_back`` per group, in the order rules first appear.
 
@@ -499,6 +585,7 @@ def summarise(results: pd.DataFrame, by: Sequence[str] = ("rule", "threshold")) 
             "median_saved": grouped["saved"].median(),
             "median_regret": grouped["regret"].median(),
             **{f"share_regret_gt_{limit:.2f}": grouped["regret"].apply(lambda r, v=limit: float(np.mean(r > v))) for limit in REGRET_LIMITS},
+            "noise_bad": grouped["noise_bad"].mean(),
             "share_stopped": grouped["saved"].apply(lambda s: float(np.mean(s > 0))),
             "share_dip_stops": grouped["dip_stop"].mean(),
             "flip_rate": grouped["flip_rate"].mean(),
@@ -545,6 +632,7 @@ def summarise_source_capped(results: pd.DataFrame, by: Sequence[str] = ("rule", 
             "median_saved": measures.weighted_quantile(part["saved"], 0.5, w),
             "median_regret": measures.weighted_quantile(part["regret"], 0.5, w),
             **share,
+            "noise_bad": float(np.average(part["noise_bad"], weights=w)),
             "share_stopped": float(np.average(part["saved"] > 0, weights=w)),
             "share_dip_stops": float(np.average(part["dip_stop"].astype(float), weights=w)),
             "flip_rate": float(np.average(part["flip_rate"], weights=w)),

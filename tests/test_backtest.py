@@ -35,11 +35,51 @@ def test_checks_every_two_percent_from_ten_percent_never_at_the_end() -> None:
 
 def test_score_uses_the_measures_regret_and_saved_share() -> None:
     run = _run(RISE_THEN_FLAT)
-    assert backtest.score(run, None) == {"stop_step": 100, "saved": 0.0, "regret": 0.0, "dip_stop": False}
+    assert backtest.score(run, None) == {"stop_step": 100, "saved": 0.0, "regret": 0.0, "dip_stop": False, "noise_bad": 0.0}
     early = backtest.score(run, 19)
     assert early["stop_step"] == 20 and early["saved"] == pytest.approx(0.8)
     assert early["regret"] == pytest.approx(scoring.regret(run.steps, run.rewards, 20)) and early["regret"] > 0.5
     assert abs(backtest.score(run, 89)["regret"]) < 0.01
+
+
+def test_the_smoother_weights_are_the_regrets_smoother() -> None:
+    rng = np.random.default_rng(0)
+    steps = np.r_[np.arange(1, 40), np.arange(40, 400, 7)].astype(float)  # logged densely, then every 7th step
+    rewards = np.sqrt(steps / steps[-1]) + 0.1 * rng.standard_normal(steps.size)
+    curve = bg.measures.smoothed(steps, rewards)
+    for i in (0, 20, 45, steps.size - 1):
+        weights = scoring.smoother_weights(steps, steps[i])
+        assert weights.sum() == pytest.approx(1.0) and weights @ rewards == pytest.approx(curve[i])
+
+
+def test_the_chance_that_noise_alone_makes_a_stop_bad_is_what_the_noise_does() -> None:
+    """On a run flat from step 30, stops at step 60 count as bad (regret > 0.05) in the share of noise draws the formula says."""
+    rng = np.random.default_rng(3)
+    steps = np.arange(1, 101, dtype=float)
+    level = np.r_[np.linspace(0.0, 1.0, 30), np.ones(70)]
+    logs = [level + 0.3 * rng.standard_normal(100) for _ in range(1000)]
+    simulated = np.mean([scoring.regret(steps, rewards, 60) > 0.05 for rewards in logs])
+    predicted = np.mean([scoring.noise_bad_probability(steps, rewards, 60) for rewards in logs])
+    assert 0.2 < simulated < 0.4 and predicted == pytest.approx(simulated, abs=0.04)
+    quiet = level + 0.01 * rng.standard_normal(100)
+    assert scoring.noise_bad_probability(steps, quiet, 60) < 1e-6  # noise far below 0.05 of the spread
+    assert scoring.noise_bad_probability(steps, logs[0], 99) < scoring.noise_bad_probability(steps, logs[0], 60)  # a later stop shares more of S's noise
+    assert scoring.noise_bad_probability(steps, logs[0], None) == 0.0 == scoring.noise_bad_probability(steps, logs[0], 100)
+
+
+def test_the_noise_limited_frontier_saves_what_a_plateau_knowing_rule_can() -> None:
+    rng = np.random.default_rng(1)
+    quiet = [_run(RISE_THEN_FLAT + 0.001 * rng.standard_normal(100), run_id=f"quiet{i}") for i in range(2)]
+    frontier = backtest.noise_limited_frontier(quiet, ["a/x", "b/y"], budgets=(0.0, 0.08))
+    oracle = backtest.oracle_rule()(_trace(quiet[0]))
+    first = int(quiet[0].steps[backtest.check_indices(quiet[0])[0][np.flatnonzero(oracle)[0]]])  # the oracle's stop, from 50 on
+    assert np.allclose(frontier["saved"], (100 - first) / 100, atol=0.02) and np.allclose(frontier["stopped"], 1.0)
+    noisy = [_run(RISE_THEN_FLAT + 0.4 * rng.standard_normal(100), run_id=f"noisy{i}") for i in range(6)]
+    frontier = backtest.noise_limited_frontier(noisy, [f"s/{i}" for i in range(6)], budgets=(0.02, 0.08, 0.3))
+    assert np.all(np.diff(frontier["saved"]) > 0)  # a larger budget of noise-made bad stops allows more to be saved
+    assert frontier["saved"].iloc[0] < 0.5 * frontier["saved"].iloc[-1]
+    with pytest.raises(ValueError, match="one source per run"):
+        backtest.noise_limited_frontier(noisy, ["s/0"])
 
 
 def test_a_stop_inside_a_dip_that_recovers_is_flagged() -> None:
