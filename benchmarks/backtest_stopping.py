@@ -9,7 +9,9 @@ whole run (bandwidth 8% of its steps); see ``evaluation.backtest``.
 
 Writes to ``benchmarks/results/``: ``backtest_stopping.md`` (tables, targets, the
 command), ``backtest_stopping.csv`` (summaries by set), ``backtest_stopping_runs.csv``
-(one row per run and rule), ``backtest_stopping_folds.csv`` and
+(one row per run and rule), ``backtest_stopping_folds.csv``,
+``backtest_stopping_noise.csv`` (the most a rule that knew where every real run stops rising could
+save within each budget of bad stops made by logging noise alone) and
 ``backtest_tradeoff.png`` (mean steps saved against the share of runs with
 regret > 0.05, across thresholds).
 
@@ -73,11 +75,9 @@ def side_by_side(runs: pd.DataFrame, capped: pd.DataFrame) -> pd.DataFrame:
     return joined.reindex([r for r in SIDE_BY_SIDE if r in joined.index])[order].reset_index()
 
 
-def noise_section(traces: list, capped: pd.DataFrame) -> list[str]:
-    """What logging noise leaves any rule on the real runs: its share of the default rule's bad stops, and the frontier of a
-    rule that knew where every run stops rising (:func:`evaluation.backtest.noise_limited_frontier`)."""
-    real = [tr for tr in traces if tr.set == "real"]
-    frontier = backtest.noise_limited_frontier([tr.run for tr in real], [tr.source for tr in real])
+def noise_section(frontier: pd.DataFrame, capped: pd.DataFrame) -> list[str]:
+    """What logging noise leaves any rule on the real runs: its share of the default rule's bad stops, and ``frontier``, the
+    most a rule that knew where every run stops rising could save (:func:`evaluation.backtest.noise_limited_frontier`)."""
     default = capped[capped["rule"] == backtest.DEFAULT_RULE].iloc[0]
     oracle = capped[capped["rule"].str.startswith("hindsight oracle")].iloc[0]
     at_budget = frontier[frontier["noise_budget"] == backtest.MAX_BAD_SHARE]
@@ -198,10 +198,13 @@ def main() -> None:
         if (tables[name]["rule"] == backtest.NESTED_RULE).any():
             parts += [f"Settings chosen by nested cross-validation (see below), held-out, {name} runs:\n\n", targets(tables[name], backtest.NESTED_RULE), "\n"]
     if "real, source-capped" in tables:
+        real = [tr for tr in result.traces if tr.set == "real"]
+        frontier = backtest.noise_limited_frontier([tr.run for tr in real], [tr.source for tr in real])
+        frontier.to_csv(args.out / "backtest_stopping_noise.csv", index=False)
         parts += [
             f"## Side by side, real runs (run-weighted, and each source counted as at most {SOURCE_CAP} runs)\n\n",
             markdown(side_by_side(tables["real"], tables["real, source-capped"])),
-            *noise_section(result.traces, tables["real, source-capped"]),
+            *noise_section(frontier, tables["real, source-capped"]),
             "\n## Bad stops of the default rule, real runs\n\n",
             markdown(bad_stops(sets["real"])),
             "\n",

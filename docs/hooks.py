@@ -79,6 +79,10 @@ def figures() -> dict[str, str]:
         found[f"stopping.{key}.saved"] = f"{rules.loc[rule, 'mean_saved']:.1%}"
         found[f"stopping.{key}.bad_stops"] = f"{rules.loc[rule, 'share_regret_gt_0.05']:.1%}"
     found["stopping.oracle.saved"] = f"{rules.loc['hindsight oracle (regret <= 0.05)', 'mean_saved']:.1%}"
+    found["stopping.default.noise_bad"] = f"{rules.loc['bayes_grpo default', 'noise_bad']:.1%}"
+    found["stopping.oracle.noise_bad"] = f"{rules.loc['hindsight oracle (regret <= 0.05)', 'noise_bad']:.1%}"
+    frontier = pd.read_csv(RESULTS / "backtest_stopping_noise.csv").set_index("noise_budget")
+    found["stopping.noise_frontier.saved"] = f"{frontier.loc[0.08, 'saved']:.1%}"
     components = pd.read_csv(RESULTS / "components.csv")
     for target, key in (("correctness function", "function"), ("summed reward", "summed")):
         part = components[components["target"] == target].set_index("fraction").sort_index()
