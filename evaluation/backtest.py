@@ -471,11 +471,11 @@ def noise_limited_frontier(
         curve = measures.smoothed(steps, rewards)
         plateau = [i for i in indices if spread > 0 and (curve[-1] - curve[i]) / spread <= ORACLE_REGRET]
         options.append(np.array([((steps[-1] - steps[i]) / steps[-1], scoring.noise_bad_probability(steps, rewards, steps[i], ORACLE_REGRET)) for i in plateau]).reshape(-1, 2))
-    points = []
-    for multiplier in np.concatenate([[0.0], np.geomspace(1e-3, 1e3, 400), [np.inf]]):
+    points = [(0.0, 0.0, 0.0)]  # stopping no run
+    for multiplier in np.concatenate([[0.0], np.geomspace(1e-3, 1e3, 400)]):
         saved = bad = stopped = 0.0
         for w, opts in zip(weights, options):
-            if not opts.size or multiplier == np.inf:
+            if not opts.size:
                 continue
             value = opts[:, 0] - multiplier * opts[:, 1]
             best = int(np.argmax(value))

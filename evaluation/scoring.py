@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-
 from scipy.stats import norm
 
 from bayes_grpo.measures import final_reward, persistence, reward_spread, smoothed, weighted_quantile
@@ -75,8 +74,9 @@ def noise_bad_probability(
     loses nothing. Its regret is still not 0: S at the last step and S at the stop average
     different logged rewards, each with its own noise. S is linear in the rewards, so that
     difference is Normal with SD ``sigma * ||w_last - w_stop||`` (:func:`smoother_weights`;
-    ``sigma`` the per-step noise, :func:`step_noise`, independent steps assumed). No rule can know the noise after its stop, so even a rule that stopped every run
-    exactly where its reward stopped rising would see this share of its stops counted as bad.
+    ``sigma`` the per-step noise, :func:`step_noise`, independent steps assumed). No rule can know
+    the noise after its stop, so even a rule that stopped every run exactly where its reward
+    stopped rising would see this share of its stops counted as bad.
     0 when never stopped, at the last step, or for a run without spread.
     """
     steps = np.asarray(steps, dtype=float)
