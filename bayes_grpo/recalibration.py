@@ -19,7 +19,7 @@ the change the model predicts; then the level-``p`` quantile moves by ``c(p)`` y
   median was not.
 * ``W_s`` is a yardstick of how far the forecast may be off there: the (drawn-in) forecast's own 90%
   width plus ``R``, the run's recent ``reward_std`` (the learning signal: how much the groups still
-  disagree, so how open the future is; the logged rewards' 10-90% spread for a log without it),
+  disagree, so how open the future is: 0 when none has lately; the logged rewards' 10-90% spread for a log without it),
   times the share of the plan between the last logged step and ``s`` (0 at the last logged step, so
   the logged level is not moved; it grows with the horizon, and a run cut late is moved less).
 * ``c(p)`` is the (source-capped) quantile, over held-out real forecasts, of ``(truth - Q(p)) / W`` at
@@ -69,9 +69,15 @@ def anchor(prepared: PreparedRun) -> float:
 
 
 def signal_scale(prepared: PreparedRun) -> float:
-    """``R``: the recent ``reward_std`` in reward units; without it, the logged rewards' 10-90% spread (0 for an empty log)."""
-    if np.isfinite(prepared.recent_reward_std) and prepared.recent_reward_std > 0:
-        return float(prepared.recent_reward_std)
+    """``R``: the recent ``reward_std`` in reward units; for a log without it, the logged rewards' 10-90% spread (0 for
+    an empty log).
+
+    A recent ``reward_std`` of 0 gives 0: no group has disagreed lately, so GRPO has no advantage to learn from and the
+    future is no more open than the forecast's own width says. (It used to fall back to the logged spread, which gave a
+    run that never learned a 95% quantile 18 spreads above its truth.)
+    """
+    if np.isfinite(prepared.recent_reward_std):
+        return float(max(prepared.recent_reward_std, 0.0))
     return float(spread_scale(prepared.to_reward(prepared.z))) if prepared.z.size else 0.0
 
 

@@ -249,14 +249,27 @@ def per_sweep(replays: pd.DataFrame) -> pd.DataFrame:
     return grouped.agg(steps_saved=("steps_saved", "mean"), best_pruned=("best_pruned", "mean"), regret_mean=("regret", "mean")).reset_index()
 
 
+def still_to_come(run: bg.RunLog, head: bg.RunLog) -> bool:
+    """Whether ``head`` stops before the final window its truth is measured on (as the calibration benchmark scores a cut)."""
+    return head.last_step < run.steps[-measures.final_window_size(len(run))]
+
+
 def rank_checks(sweeps: Sequence[Sweep], seed: int) -> pd.DataFrame:
-    """p_best of every run of every sweep with all its runs cut at each of :data:`RANK_FRACTIONS`, and whether it ends best."""
+    """p_best of every run of every sweep with all its runs cut at each of :data:`RANK_FRACTIONS`, and whether it ends best.
+
+    A run whose log already reaches its final window at the cut has nothing left to rank (its current reward is its
+    truth: runs that logged a small part of their plan), so it is left out of that cut, as the calibration benchmark
+    leaves such cuts out; a sweep keeps a cut while :data:`MIN_SWEEP_RUNS` of its runs have their end still to come.
+    """
     rows = []
     for sweep in sweeps:
-        truth = sweep.truths()
-        best = max(truth, key=truth.get)
         for fraction in RANK_FRACTIONS:
-            heads = [measures.cut(run, fraction, sweep.total_steps) for run in sweep.runs]
+            cuts = [(run, measures.cut(run, fraction, sweep.total_steps)) for run in sweep.runs]
+            heads = [head for run, head in cuts if still_to_come(run, head)]
+            if len(heads) < MIN_SWEEP_RUNS:
+                continue
+            truth = {run_id: value for run_id, value in sweep.truths().items() if run_id in {head.run_id for head in heads}}
+            best = max(truth, key=truth.get)
             ranking = sweep.model.rank(heads, total_steps=sweep.total_steps, seed=seed, coupling=sweep.coupling)
             table = ranking.table.set_index("run_id")
             current = {head.run_id: float(measures.smoothed(head.steps, head.rewards)[-1]) for head in heads}
@@ -464,7 +477,9 @@ def write(
         f"Every run of each real sweep cut at {', '.join(f'{f:.0%}' for f in ORDER_FRACTIONS)} of the plan and ranked with `model.rank` "
         "(the fold model with the calibration layer learned on the other folds, as the package ranks by default); "
         "Kendall tau of its table order (best first) and of the smoothed current reward against the runs' true final order, "
-        "averaged over the sweeps, and the sweeps whose top pick is the true winner.\n\n",
+        "averaged over the sweeps, and the sweeps whose top pick is the true winner. A run whose log already reaches the final "
+        "window its truth is measured on is left out of that cut (nothing is left to forecast, and its current reward is its truth), "
+        f"as the calibration benchmark leaves such cuts out; a sweep counts at a cut while {MIN_SWEEP_RUNS} of its runs remain.\n\n",
         markdown(orders),
         "\n## Per sweep\n\n", markdown(per_sweep(replays)),
         "\n## A real sweep ranked at 30%\n\n",
@@ -473,7 +488,7 @@ def write(
         "dotted, the run's real final.\n\n![fans](backtest_sweeps_fans.png)\n",
         "\n## Reliability of p_best\n\n",
         f"Every run of a sweep cut at {', '.join(f'{f:.0%}' for f in RANK_FRACTIONS)} of the plan and ranked with `model.rank` "
-        f"(joint draws); outcome = the run ends best. {len(ranks)} (run, cut) pairs, {int(ranks['best'].sum())} of them the best run.\n\n",
+        f"(joint draws; the same runs left out); outcome = the run ends best. {len(ranks)} (run, cut) pairs, {int(ranks['best'].sum())} of them the best run.\n\n",
         markdown(p_best),
         "\n## Reliability of the pruner's P(final > bar) at its checks\n\n",
         f"Every check of `{DEFAULTS}` in every replay ({len(beats)} checks); outcome = the run's real final reward "

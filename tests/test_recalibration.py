@@ -102,6 +102,24 @@ def test_without_offsets_and_with_beta_one_the_layer_changes_nothing():
     assert Recalibration(beta=1.0, offsets=(0.0,) * len(LEVELS)).apply(draws, prepare_run(run), steps) == pytest.approx(draws)
 
 
+
+def test_the_yardstick_reads_no_learning_signal_as_no_extra_room():
+    """R is the recent reward_std, 0 when no group has disagreed lately (not the logged spread: a run with no advantage
+    to learn from is not an open future); the logged spread stands in only for a log without reward_std."""
+    rewards = np.tile([1.77, 2.36, 2.94], 20)  # the batch mean moves while every group agrees
+
+    def prepared(spreads):
+        table = pd.DataFrame({"step": np.arange(1, 61), "reward": rewards, **({} if spreads is None else {"reward_std": spreads})})
+        return prepare_run(bg.read_log(table, total_steps=200))
+
+    assert recalibration.signal_scale(prepared(np.zeros(60))) == 0.0
+    assert recalibration.signal_scale(prepared(np.full(60, 0.4))) == pytest.approx(0.4)
+    assert recalibration.signal_scale(prepared(None)) == pytest.approx(np.quantile(rewards, 0.9) - np.quantile(rewards, 0.1), rel=0.05)
+    layer = Recalibration(beta=0.5, offsets=(-0.5, -0.2, 0.0, 0.4, 4.0))
+    steps = np.array([60.0, 130.0, 200.0])
+    draws = np.random.default_rng(1).normal(2.3, 0.05, (400, steps.size))
+    quiet, open_ = (np.quantile(layer.apply(draws, prepared(s), steps)[:, -1], 0.95) for s in (np.zeros(60), None))
+    assert quiet < open_ - 1.0
 def test_the_layer_moves_a_real_forecasts_final_window_as_it_learned(quick_model, few_runs):
     """What the layer learns (truth against the raw forecast's final-window reward, logging noise included, per
     level) is what it moves: the calibrated window reward is the learned transform of the raw one, not the raw one
