@@ -11,7 +11,9 @@ measured on real runs, and is applied by default (``calibrated=False`` in
 the change the model predicts; then the level-``p`` quantile moves by ``c(p)`` yardsticks::
 
     x'_s = a + beta * (x_s - a)
-    Q'_s(p) = Q_s(p) + c(p) * W_s,    W_s = (width90_s + R) * (s - last logged step) / total_steps
+    Q'_s(p) = Q_s(p) + c(p) * W_s              at and below the median,
+    Q'_s(p) = Q_s(p) + c(p) * (W_s + U h_s)    above it,
+    W_s = (width90_s + R) * h_s,    h_s = (s - last logged step) / total_steps
 
 * ``beta`` is a forecast combination with persistence: the share of the predicted change that
   minimises the held-out error of the median (source-capped). On the shared real runs it is about
@@ -22,9 +24,16 @@ the change the model predicts; then the level-``p`` quantile moves by ``c(p)`` y
   disagree, so how open the future is: 0 when none has lately; the logged rewards' 10-90% spread for a log without it),
   times the share of the plan between the last logged step and ``s`` (0 at the last logged step, so
   the logged level is not moved; it grows with the horizon, and a run cut late is moved less).
+* ``U`` (:func:`excursion`) widens the levels above the median only: how far the highest reward logged so
+  far lies above ``a``, beyond the largest value logging noise alone gives that many steps. A run whose
+  batches have already reached well above its level has shown room it may climb into; the runs that
+  took off after a cut had such excursions, and with ``U`` in their yardstick the upper offsets no
+  longer have to be wide enough for them on every other run (the 95% offset falls from about 4.7 to
+  about 2.9 yardsticks). It is upside evidence, so the lower levels keep ``W``.
 * ``c(p)`` is the (source-capped) quantile, over held-out real forecasts, of ``(truth - Q(p)) / W`` at
   level ``p``, and :data:`TAIL_MARGIN` further out for the 5% and 95% quantiles (the room sources the
-  layer never saw take). The median's offset is 0: ``beta`` already placed it.
+  layer never saw take), over ``W`` below the median and ``W + U h`` above it. The median's offset is 0:
+  ``beta`` already placed it.
 
 The layer calibrates what is scored and learned from: the mean logged reward over a window, logging
 noise included (:meth:`Recalibration.apply_to_window`, which
@@ -33,7 +42,8 @@ noise-free draws against logged truths, its offsets already held the truths' log
 forecast added it again: the 50% interval at 50% of the plan held the truth 0.63 of the time. The
 trajectory draws (fan charts) move the same way, each by the offset of its rank at the plan's end
 (:meth:`Recalibration.apply`), so they stay whole. The layer is stored in the model file beside the
-population posterior, with the id of the fit it was learned for (:attr:`Recalibration.fit_id`).
+population posterior, with the id of the fit it was learned for (:attr:`Recalibration.fit_id`) and the
+form of its yardstick (:data:`LAYER_FORM`).
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+from scipy.stats import norm
 
 from bayes_grpo.errors import ModelError
 from bayes_grpo.measures import persistence, weighted_quantile
@@ -52,6 +63,8 @@ from bayes_grpo.prepare import PreparedRun, spread_scale
 LEVELS: tuple[float, ...] = (0.05, 0.25, 0.5, 0.75, 0.95)
 #: The 5% and 95% offsets are learned this much further out (at 4% and 96%): the room sources the layer never saw need.
 TAIL_MARGIN = 0.01
+#: The yardstick's form the offsets were learned for: 2 = ``W`` below the median, ``W + U h`` above it (1: ``W`` alone).
+LAYER_FORM = 2
 #: Shares of the predicted change ``beta`` is chosen among.
 BETA_GRID = tuple(np.round(np.linspace(0.0, 1.0, 51), 2))
 
@@ -81,6 +94,24 @@ def signal_scale(prepared: PreparedRun) -> float:
     return float(spread_scale(prepared.to_reward(prepared.z))) if prepared.z.size else 0.0
 
 
+def excursion(prepared: PreparedRun) -> float:
+    """``U``: how far the highest logged reward lies above the persistence level (:func:`anchor`), beyond what logging
+    noise alone reaches in as many steps (0 when it does not; 0 for an empty log).
+
+    The noise is the MAD of the first differences / sqrt 2 (robust to the run's trend; the SD of the differences /
+    sqrt 2 for rewards so discrete that the MAD is 0), and the noise's reach over ``n`` steps is the typical largest
+    of ``n`` standard normal draws, ``Phi^-1(1 - 1 / (n + 1))`` noise SDs.
+    """
+    if prepared.z.size < 2:
+        return 0.0
+    rewards = prepared.to_reward(prepared.z)
+    diffs = np.diff(rewards)
+    mad = 1.4826 * float(np.median(np.abs(diffs - np.median(diffs))))
+    noise = (mad if mad > 0 else float(np.std(diffs))) / np.sqrt(2.0)
+    reach = float(norm.ppf(1.0 - 1.0 / (rewards.size + 1)))
+    return max(float(np.max(rewards)) - anchor(prepared) - reach * noise, 0.0)
+
+
 def ahead(prepared: PreparedRun, steps: np.ndarray) -> np.ndarray:
     """Share of the plan between the last logged step and each of ``steps`` (0 up to the last logged step)."""
     last = float(prepared.steps[-1]) if prepared.steps.size else 0.0
@@ -93,10 +124,12 @@ def raw_column(level: float) -> str:
     return f"raw_q{round(100 * level):02d}"
 
 
-def yardstick(beta: float, ahead: Any, width_ahead: Any, signal_scale: Any) -> Any:
-    """``W`` over a window: ``beta`` times the mean share of the plan ahead times the raw draws' 90% width (the
-    drawn-in width), plus the mean share ahead times ``R`` (:func:`window_terms` gives the terms)."""
-    return beta * width_ahead + ahead * signal_scale
+def yardsticks(beta: float, ahead: Any, width_ahead: Any, signal_scale: Any, excursion: Any) -> tuple[Any, Any]:
+    """The yardsticks over a window, ``(W, W + U h)`` for the levels at or below and above the median: ``W`` is ``beta``
+    times the mean share of the plan ahead times the raw draws' 90% width (the drawn-in width), plus the mean share
+    ahead ``h`` times ``R`` (:func:`window_terms` gives the terms)."""
+    lower = beta * width_ahead + ahead * signal_scale
+    return lower, lower + ahead * excursion
 
 
 def width_90(values: np.ndarray) -> np.ndarray:
@@ -107,7 +140,7 @@ def width_90(values: np.ndarray) -> np.ndarray:
 
 def window_terms(forecast: Any, steps: np.ndarray) -> dict[str, float]:
     """What :func:`learn` needs of one held-out raw forecast over its final-window ``steps``: the persistence level,
-    the mean share of the plan ahead, the mean of that share times the draws' 90% width, and ``R``."""
+    the mean share of the plan ahead, the mean of that share times the draws' 90% width, ``R`` and ``U``."""
     steps = np.asarray(steps, dtype=float)
     values = forecast.at_steps(steps)
     width90 = width_90(values)
@@ -117,6 +150,7 @@ def window_terms(forecast: Any, steps: np.ndarray) -> dict[str, float]:
         "ahead": float(np.mean(share)),
         "width_ahead": float(np.mean(share * width90)),
         "signal_scale": signal_scale(forecast.prepared),
+        "excursion": excursion(forecast.prepared),
     }
 
 
@@ -134,23 +168,31 @@ class Recalibration:
         Id of the population fit the layer was learned for (:meth:`bayes_grpo.model.FittedModel.fit_id`).
     learned_on : dict
         What it was learned from (held-out forecasts, runs, sources, fractions).
+    form : int
+        The yardstick's form the offsets are in units of (:data:`LAYER_FORM`).
     """
 
     beta: float
     offsets: tuple[float, ...]
     fit_id: str = ""
     learned_on: dict[str, Any] = field(default_factory=dict)
+    form: int = LAYER_FORM
 
     def __post_init__(self) -> None:
         if not 0.0 <= float(self.beta) <= 1.0 or len(self.offsets) != len(LEVELS) or list(self.offsets) != sorted(self.offsets):
             raise ModelError(f"a calibration layer needs beta in [0, 1] and {len(LEVELS)} non-decreasing offsets, got {self.beta!r}, {self.offsets!r}")
+        if self.offsets[LEVELS.index(0.5)] != 0.0:  # beta places the median; a yardstick that widens above it keeps the order only then
+            raise ModelError(f"a calibration layer's offset at the median is 0 (beta places the median), got {self.offsets!r}")
+        if self.form != LAYER_FORM:
+            raise ModelError(f"this bayes_grpo applies calibration layers of form {LAYER_FORM}, not {self.form!r}; relearn it")
 
     def apply(self, values: np.ndarray, prepared: PreparedRun, steps: np.ndarray) -> np.ndarray:
         """``values`` (draws x steps, reward units) drawn towards persistence by ``beta`` after the last logged step, then
         each draw moved by the offset of its rank at the plan's end.
 
-        A whole trajectory moves by one offset times the yardstick at each step, so it stays smooth, and the end
-        level's quantiles (and those of the final window, which follows it) move by ``c(p) * W`` as learned.
+        A whole trajectory moves by one offset times the yardstick at each step (``W``, or ``W + U h`` for a draw
+        ranked above the median), so it stays smooth, and the end level's quantiles (and those of the final window,
+        which follows it) move by ``c(p)`` yardsticks as learned.
         Ranking each step apart instead moved the 75% quantile of the final window 0.3 spreads further than
         learned: draws swap ranks between steps, and the steep offsets near the 95% level pulled them up.
         """
@@ -158,17 +200,20 @@ class Recalibration:
         n = values.shape[0]
         if n < 2 or prepared.z.size == 0:
             return values
-        offset = self._offset_by_rank(values[:, -1])  # ranked before drawing in (the same order for beta > 0; defined for 0)
+        rank = _mid_ranks(values[:, -1])  # ranked before drawing in (the same order for beta > 0; defined for 0)
+        offset = np.interp(rank, LEVELS, self.offsets)
         share = ahead(prepared, steps)
         level = anchor(prepared)
         values = np.where(share[None, :] > 0, level + self.beta * (values - level), values)
-        width90 = width_90(values)
-        return values + offset[:, None] * (share * (width90 + signal_scale(prepared)))[None, :]
+        lower = share * (width_90(values) + signal_scale(prepared))
+        upper = lower + share * excursion(prepared)
+        return values + offset[:, None] * np.where((rank > 0.5)[:, None], upper[None, :], lower[None, :])
 
     def apply_to_window(self, samples: np.ndarray, raw: Any, steps: np.ndarray) -> np.ndarray:
         """Samples of the mean logged reward over ``steps`` from the raw forecast ``raw`` (logging noise included)
         moved as the layer learned them: drawn towards persistence by ``beta``, then each by the offset of its rank
-        times the window's :func:`yardstick`, from the same :func:`window_terms` :func:`learn` read.
+        times the window's yardstick for that rank (:func:`yardsticks`), from the same :func:`window_terms`
+        :func:`learn` read.
 
         This is the quantity :func:`learn` calibrates, so a window's reward is calibrated as held-out runs measured
         it. A window wholly at or before the last logged step is returned unchanged.
@@ -177,14 +222,10 @@ class Recalibration:
         terms = window_terms(raw, steps)
         if samples.size < 2 or raw.prepared.z.size == 0 or terms["ahead"] <= 0:
             return samples
-        level, width = terms["anchor"], yardstick(self.beta, terms["ahead"], terms["width_ahead"], terms["signal_scale"])
-        return level + self.beta * (samples - level) + self._offset_by_rank(samples) * width
-
-    def _offset_by_rank(self, values: np.ndarray) -> np.ndarray:
-        """Each value's offset ``c(p)`` at its mid-rank ``p = (i + 0.5) / n`` among ``values``."""
-        ranks = np.empty(values.size)
-        ranks[np.argsort(values, kind="stable")] = (np.arange(values.size) + 0.5) / values.size
-        return np.interp(ranks, LEVELS, self.offsets)
+        level = terms["anchor"]
+        lower, upper = yardsticks(self.beta, terms["ahead"], terms["width_ahead"], terms["signal_scale"], terms["excursion"])
+        rank = _mid_ranks(samples)
+        return level + self.beta * (samples - level) + np.interp(rank, LEVELS, self.offsets) * np.where(rank > 0.5, upper, lower)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -202,7 +243,19 @@ class Recalibration:
         offsets = data.get("offsets")
         if "beta" not in data or not isinstance(offsets, list) or not all(isinstance(v, (int, float)) for v in offsets):
             raise ModelError("the calibration layer has the form of an earlier bayes_grpo (offsets per signal group, no beta); relearn it")
-        return cls(beta=float(data["beta"]), offsets=tuple(float(v) for v in data["offsets"]), fit_id=data.get("fit_id", ""), learned_on=data.get("learned_on", {}))
+        if data.get("form", 1) != LAYER_FORM:
+            raise ModelError("the calibration layer was learned for the yardstick of an earlier bayes_grpo (no excursion above the median); relearn it")
+        return cls(
+            beta=float(data["beta"]), offsets=tuple(float(v) for v in data["offsets"]), fit_id=data.get("fit_id", ""), learned_on=data.get("learned_on", {}), form=LAYER_FORM
+        )
+
+
+def _mid_ranks(values: np.ndarray) -> np.ndarray:
+    """Each value's mid-rank ``p = (i + 0.5) / n`` among ``values`` (ties in order of appearance)."""
+    ranks = np.empty(values.size)
+    ranks[np.argsort(values, kind="stable")] = (np.arange(values.size) + 0.5) / values.size
+    return ranks
+
 
 
 def learned_level(level: float) -> float:
@@ -215,7 +268,7 @@ def learned_level(level: float) -> float:
 
 
 #: Columns :func:`learn` reads from each held-out forecast (besides the raw quantiles).
-LEARN_COLUMNS = ("truth", "spread", "anchor", "ahead", "width_ahead", "signal_scale")
+LEARN_COLUMNS = ("truth", "spread", "anchor", "ahead", "width_ahead", "signal_scale", "excursion")
 
 
 def learn(rows: Any, fit_id: str = "", weights: Sequence[float] | None = None, learned_on: Mapping[str, Any] | None = None) -> Recalibration:
@@ -226,7 +279,7 @@ def learn(rows: Any, fit_id: str = "", weights: Sequence[float] | None = None, l
     rows : pandas.DataFrame
         One held-out forecast per row: ``truth`` and ``spread`` (the run's measured final and 10-90% reward spread),
         the quantiles of the raw forecast's final-window reward (:func:`raw_column`, logging noise included) and
-        :func:`window_terms` there (``anchor``, ``ahead``, ``width_ahead``, ``signal_scale``).
+        :func:`window_terms` there (``anchor``, ``ahead``, ``width_ahead``, ``signal_scale``, ``excursion``).
     fit_id : str
         Id of the fit the layer is for.
     weights : sequence of float, optional
@@ -257,13 +310,14 @@ def learn(rows: Any, fit_id: str = "", weights: Sequence[float] | None = None, l
     raw = {p: frame[raw_column(p)].to_numpy(float) for p in LEVELS}
     errors = [np.average(np.abs(level + b * (raw[0.5] - level) - truth) / spread, weights=w) for b in BETA_GRID]
     beta = float(BETA_GRID[int(np.argmin(errors))])
-    scale = yardstick(beta, *(frame[c].to_numpy(float) for c in ("ahead", "width_ahead", "signal_scale")))
-    scale = np.where(scale > 0, scale, np.nan)
-    known = np.isfinite(scale)
-    offsets = tuple(
-        0.0 if p == 0.5 else float(weighted_quantile(((truth - (level + beta * (raw[p] - level))) / scale)[known], learned_level(p), w[known]))
-        for p in LEVELS
-    )
+    lower, upper = yardsticks(beta, *(frame[c].to_numpy(float) for c in ("ahead", "width_ahead", "signal_scale", "excursion")))
+
+    def offset(p: float) -> float:
+        scale = upper if p > 0.5 else lower
+        known = scale > 0
+        return float(weighted_quantile(((truth - (level + beta * (raw[p] - level))) / scale)[known], learned_level(p), w[known]))
+
+    offsets = tuple(0.0 if p == 0.5 else offset(p) for p in LEVELS)
     record = {"rows": int(usable.sum()), "median_error_by_beta": {str(b): round(float(e), 4) for b, e in zip(BETA_GRID[::5], errors[::5])}}
     middle = LEVELS.index(0.5)  # offsets made monotone away from the median's 0, so quantiles keep their order
     ordered = [*np.minimum.accumulate(offsets[middle::-1])[::-1], *np.maximum.accumulate(offsets[middle:])[1:]]

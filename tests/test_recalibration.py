@@ -25,13 +25,17 @@ from bayes_grpo.settings import PERSISTENCE_POINTS
 
 
 def held_out_rows(n: int, seed: int, realised: float = 0.5) -> pd.DataFrame:
-    """Forecasts that predict a change of which only ``realised`` comes true, too narrow where reward_std is high."""
+    """Forecasts that predict a change of which only ``realised`` comes true, too narrow where reward_std is high, and
+    whose upside grows with the excursion the run has shown."""
     rng = np.random.default_rng(seed)
     anchor = rng.normal(0, 1, n)
     predicted = rng.normal(0, 1, n)
     signal = np.exp(rng.normal(-1, 0.5, n))
-    truth = anchor + realised * predicted + rng.normal(0, 1, n) * (0.3 + signal)
-    rows = {"truth": truth, "spread": np.ones(n), "anchor": anchor, "ahead": np.full(n, 0.7), "width_ahead": np.full(n, 0.7), "signal_scale": signal}
+    shown = np.where(rng.random(n) < 0.3, rng.exponential(1.0, n), 0.0)
+    upside = rng.normal(0, 1, n)
+    upside = np.where(upside > 0, 2.0 * upside, 0.3 * upside)  # skewed upwards, median 0
+    truth = anchor + realised * predicted + rng.normal(0, 1, n) * (0.3 + signal) + upside * shown
+    rows = {"truth": truth, "spread": np.ones(n), "anchor": anchor, "ahead": np.full(n, 0.7), "width_ahead": np.full(n, 0.7), "signal_scale": signal, "excursion": shown}
     for level in LEVELS:  # a forecast of its own narrow width around the predicted change
         rows[recalibration.raw_column(level)] = anchor + predicted + norm.ppf(level) * 0.2
     return pd.DataFrame(rows)
@@ -40,7 +44,7 @@ def held_out_rows(n: int, seed: int, realised: float = 0.5) -> pd.DataFrame:
 def _moved(rows: pd.DataFrame, layer: Recalibration, level: float) -> np.ndarray:
     """A level's quantile after the layer, as :meth:`Recalibration.apply` moves the final window."""
     latent = rows[recalibration.raw_column(level)]
-    scale = layer.beta * rows["width_ahead"] + rows["ahead"] * rows["signal_scale"]
+    scale = layer.beta * rows["width_ahead"] + rows["ahead"] * (rows["signal_scale"] + (rows["excursion"] if level > 0.5 else 0.0))
     return rows["anchor"] + layer.beta * (latent - rows["anchor"]) + np.interp(level, LEVELS, layer.offsets) * scale
 
 
@@ -66,13 +70,15 @@ def test_learning_names_missing_columns_and_refuses_rows_without_steps_ahead():
     rows = held_out_rows(50, 2)
     with pytest.raises(ModelError, match="signal_scale"):
         learn(rows.drop(columns="signal_scale"))
+    with pytest.raises(ModelError, match="excursion"):
+        learn(rows.drop(columns="excursion"))
     with pytest.raises(ModelError, match="steps ahead"):
         learn(rows.assign(ahead=0.0))
 
 
 @settings(max_examples=60, deadline=None)
 @given(
-    offsets=st.lists(st.floats(-3, 3), min_size=len(LEVELS), max_size=len(LEVELS)).map(sorted),
+    offsets=st.lists(st.floats(-3, 3), min_size=len(LEVELS), max_size=len(LEVELS)).map(sorted).map(lambda o: [v - o[LEVELS.index(0.5)] for v in o]),
     beta=st.floats(0, 1),
     seed=st.integers(0, 1000),
 )
@@ -88,9 +94,11 @@ def test_applied_layer_draws_towards_persistence_moves_each_trajectory_by_one_of
     anchor = float(np.mean(rewards[-PERSISTENCE_POINTS:]))
     drawn_in = anchor + beta * (draws - anchor)
     shift = moved[:, 1:] - drawn_in[:, 1:]
-    moving = np.abs(shift[:, 1]) > 1e-9
-    ratios = shift[moving, 0] / shift[moving, 1]  # one offset per draw, times each step's yardstick: one ratio for all
-    assert np.allclose(ratios, ratios[0]) if ratios.size else True
+    upper = draws[:, -1] > np.median(draws[:, -1])  # the draws ranked above the median move by W + U h, the others by W
+    for side in (upper, ~upper):
+        moving = side & (np.abs(shift[:, 1]) > 1e-9)
+        ratios = shift[moving, 0] / shift[moving, 1]  # one offset per draw, times each step's yardstick: one ratio per side
+        assert np.allclose(ratios, ratios[0]) if ratios.size else True
     order = np.argsort(draws[:, -1])  # non-decreasing offsets keep the end level's order
     assert np.all(np.diff(moved[order, -1]) >= -1e-9)
 
@@ -120,6 +128,32 @@ def test_the_yardstick_reads_no_learning_signal_as_no_extra_room():
     draws = np.random.default_rng(1).normal(2.3, 0.05, (400, steps.size))
     quiet, open_ = (np.quantile(layer.apply(draws, prepared(s), steps)[:, -1], 0.95) for s in (np.zeros(60), None))
     assert quiet < open_ - 1.0
+def test_the_excursion_is_the_best_logged_reward_beyond_the_noise_and_widens_only_the_upper_levels():
+    """U is how far the best logged reward lies above the persistence level beyond what noise reaches in as many
+    steps (about 0 for a flat noisy log; the spikes' height for one whose batches reached higher), in reward units,
+    and it moves only the quantiles above the median."""
+    rng = np.random.default_rng(3)
+    flat = 0.2 + rng.normal(0, 0.03, 60)
+    spiky = flat.copy()
+    spiky[[10, 25]] = 0.9
+
+    def prepared(rewards):
+        table = pd.DataFrame({"step": np.arange(1, 61), "reward": rewards, "reward_std": np.full(60, 0.1)})
+        return prepare_run(bg.read_log(table, total_steps=200))
+
+    noise_only = [recalibration.excursion(prepared(0.2 + np.random.default_rng(seed).normal(0, 0.03, 60))) for seed in range(20)]
+    assert np.median(noise_only) < 0.5 * 0.03 and max(noise_only) < 3 * 0.03
+    shown = recalibration.excursion(prepared(spiky))
+    assert 0.55 < shown < 0.7  # 0.9 - 0.2, less the reach of 60 steps' noise (about 2.1 SDs of 0.03)
+    assert recalibration.excursion(prepared(3.0 * spiky + 1.0)) == pytest.approx(3.0 * shown, rel=1e-6)
+    layer = Recalibration(beta=0.5, offsets=(-0.5, -0.2, 0.0, 0.4, 2.0))
+    steps = np.array([60.0, 130.0, 200.0])
+    draws = np.random.default_rng(1).normal(0.2, 0.05, (400, steps.size))
+    plain, wide = (np.quantile(layer.apply(draws, prepared(r), steps)[:, -1], (0.05, 0.25, 0.45, 0.95)) for r in (flat, spiky))
+    assert wide[:3] == pytest.approx(plain[:3])
+    assert wide[3] - plain[3] == pytest.approx(2.0 * 0.7 * (shown - recalibration.excursion(prepared(flat))), rel=0.05)
+
+
 def test_the_layer_moves_a_real_forecasts_final_window_as_it_learned(quick_model, few_runs):
     """What the layer learns (truth against the raw forecast's final-window reward, logging noise included, per
     level) is what it moves: the calibrated window reward is the learned transform of the raw one, not the raw one
@@ -165,6 +199,10 @@ def test_a_layer_of_the_earlier_form_is_refused_and_a_file_holding_one_loads_raw
         Recalibration.from_json(json.dumps({"beta": 0.5, "offsets": [[-0.2, 0, 0, 0.1, 0.5]], "fit_id": quick_model.fit_id}))
     with pytest.raises(ModelError, match="non-decreasing"):
         Recalibration(beta=0.5, offsets=(1.0, 0.0, 0.0, 0.0, 0.0))
+    with pytest.raises(ModelError, match="offset at the median is 0"):
+        Recalibration(beta=0.5, offsets=(-1.0, -0.5, -0.2, 0.0, 0.5))
+    with pytest.raises(ModelError, match="yardstick of an earlier bayes_grpo"):  # offsets learned without the excursion
+        Recalibration.from_json(json.dumps({"beta": 0.5, "offsets": [-0.2, 0, 0, 0.1, 0.5], "fit_id": quick_model.fit_id}))
     layer = Recalibration(beta=0.5, offsets=(-0.2, 0.0, 0.0, 0.1, 0.5), fit_id=quick_model.fit_id)
     path = dataclasses.replace(quick_model, recalibration=layer).save(tmp_path / "m40.nc", full=False)
     with h5netcdf.File(path, "a") as handle:
