@@ -187,7 +187,8 @@ def main() -> None:
             "**Calibrated forecasts.** The package applies its calibration layer by default (`bayes_grpo.recalibration`: after "
             "the cut every draw keeps the share `beta` of the change the model predicts from the persistence level, then each "
             "quantile moves by an offset per level times a yardstick of how far the forecast may be off: its 90% width plus the "
-            "recent `reward_std`, times the share of the plan ahead). Here each fold's model forecasts its held-out runs again with a layer learned on the "
+            "recent `reward_std`, and above the median also the run's excursion (how far its best logged reward lies above its "
+            "level beyond what noise reaches), times the share of the plan ahead). Here each fold's model forecasts its held-out runs again with a layer learned on the "
             "*other* folds' held-out real runs (cross-fitted), so no run is scored by a layer that saw it "
             "(`calibration_runs_calibrated.csv`). Tables below are the calibrated forecasts unless they say raw.\n\n"
         )

@@ -44,7 +44,7 @@ def held_out_rows(n: int, seed: int, realised: float = 0.5) -> pd.DataFrame:
 def _moved(rows: pd.DataFrame, layer: Recalibration, level: float) -> np.ndarray:
     """A level's quantile after the layer, as :meth:`Recalibration.apply` moves the final window."""
     latent = rows[recalibration.raw_column(level)]
-    scale = layer.beta * rows["width_ahead"] + rows["ahead"] * (rows["signal_scale"] + (rows["excursion"] if level > 0.5 else 0.0))
+    scale = layer.beta * rows["width_ahead"] + rows["ahead"] * (rows["signal_scale"] + recalibration.excursion_weight(level) * rows["excursion"])
     return rows["anchor"] + layer.beta * (latent - rows["anchor"]) + np.interp(level, LEVELS, layer.offsets) * scale
 
 
@@ -94,11 +94,10 @@ def test_applied_layer_draws_towards_persistence_moves_each_trajectory_by_one_of
     anchor = float(np.mean(rewards[-PERSISTENCE_POINTS:]))
     drawn_in = anchor + beta * (draws - anchor)
     shift = moved[:, 1:] - drawn_in[:, 1:]
-    upper = draws[:, -1] > np.median(draws[:, -1])  # the draws ranked above the median move by W + U h, the others by W
-    for side in (upper, ~upper):
-        moving = side & (np.abs(shift[:, 1]) > 1e-9)
-        ratios = shift[moving, 0] / shift[moving, 1]  # one offset per draw, times each step's yardstick: one ratio per side
-        assert np.allclose(ratios, ratios[0]) if ratios.size else True
+    bulk = draws[:, -1] <= np.quantile(draws[:, -1], recalibration.EXCURSION_FROM)  # moved by W alone (v(p) = 0)
+    moving = bulk & (np.abs(shift[:, 1]) > 1e-9)
+    ratios = shift[moving, 0] / shift[moving, 1]  # one offset per draw, times each step's yardstick: one ratio for all
+    assert np.allclose(ratios, ratios[0]) if ratios.size else True
     order = np.argsort(draws[:, -1])  # non-decreasing offsets keep the end level's order
     assert np.all(np.diff(moved[order, -1]) >= -1e-9)
 
@@ -128,10 +127,10 @@ def test_the_yardstick_reads_no_learning_signal_as_no_extra_room():
     draws = np.random.default_rng(1).normal(2.3, 0.05, (400, steps.size))
     quiet, open_ = (np.quantile(layer.apply(draws, prepared(s), steps)[:, -1], 0.95) for s in (np.zeros(60), None))
     assert quiet < open_ - 1.0
-def test_the_excursion_is_the_best_logged_reward_beyond_the_noise_and_widens_only_the_upper_levels():
+def test_the_excursion_is_the_best_logged_reward_beyond_the_noise_and_widens_only_the_upper_tail():
     """U is how far the best logged reward lies above the persistence level beyond what noise reaches in as many
     steps (about 0 for a flat noisy log; the spikes' height for one whose batches reached higher), in reward units,
-    and it moves only the quantiles above the median."""
+    and it moves only the quantiles above the 75% level, all of it at the 95% level."""
     rng = np.random.default_rng(3)
     flat = 0.2 + rng.normal(0, 0.03, 60)
     spiky = flat.copy()
@@ -149,9 +148,10 @@ def test_the_excursion_is_the_best_logged_reward_beyond_the_noise_and_widens_onl
     layer = Recalibration(beta=0.5, offsets=(-0.5, -0.2, 0.0, 0.4, 2.0))
     steps = np.array([60.0, 130.0, 200.0])
     draws = np.random.default_rng(1).normal(0.2, 0.05, (400, steps.size))
-    plain, wide = (np.quantile(layer.apply(draws, prepared(r), steps)[:, -1], (0.05, 0.25, 0.45, 0.95)) for r in (flat, spiky))
-    assert wide[:3] == pytest.approx(plain[:3])
-    assert wide[3] - plain[3] == pytest.approx(2.0 * 0.7 * (shown - recalibration.excursion(prepared(flat))), rel=0.05)
+    plain, wide = (np.quantile(layer.apply(draws, prepared(r), steps)[:, -1], (0.05, 0.25, 0.5, 0.74, 0.95)) for r in (flat, spiky))
+    assert wide[:4] == pytest.approx(plain[:4])
+    assert recalibration.excursion_weight([0.5, 0.75, 0.85, 0.95, 0.99]) == pytest.approx([0.0, 0.0, 0.5, 1.0, 1.0])
+    assert wide[4] - plain[4] == pytest.approx(2.0 * 0.7 * (shown - recalibration.excursion(prepared(flat))), rel=0.05)
 
 
 def test_the_layer_moves_a_real_forecasts_final_window_as_it_learned(quick_model, few_runs):
