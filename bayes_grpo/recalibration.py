@@ -104,9 +104,10 @@ def excursion(prepared: PreparedRun) -> float:
 
     The noise is the MAD of the first differences / sqrt 2 (robust to the run's trend; the SD of the differences /
     sqrt 2 for rewards so discrete that the MAD is 0), and the noise's reach over ``n`` steps is the typical largest
-    of ``n`` standard normal draws, ``Phi^-1(1 - 1 / (n + 1))`` noise SDs.
+    of ``n`` standard normal draws, ``Phi^-1(1 - 1 / (n + 1))`` noise SDs. A run whose recent ``reward_std`` is 0 has
+    no room to climb into, whatever it logged before: with no group disagreeing, GRPO has nothing to learn from.
     """
-    if prepared.z.size < 2:
+    if prepared.z.size < 2 or prepared.recent_reward_std == 0:
         return 0.0
     rewards = prepared.to_reward(prepared.z)
     diffs = np.diff(rewards)

@@ -145,6 +145,8 @@ def test_the_excursion_is_the_best_logged_reward_beyond_the_noise_and_widens_onl
     shown = recalibration.excursion(prepared(spiky))
     assert 0.55 < shown < 0.7  # 0.9 - 0.2, less the reach of 60 steps' noise (about 2.1 SDs of 0.03)
     assert recalibration.excursion(prepared(3.0 * spiky + 1.0)) == pytest.approx(3.0 * shown, rel=1e-6)
+    quiet = pd.DataFrame({"step": np.arange(1, 61), "reward": spiky, "reward_std": np.r_[np.full(40, 0.1), np.zeros(20)]})
+    assert recalibration.excursion(prepare_run(bg.read_log(quiet, total_steps=200))) == 0.0  # no signal left to climb with
     layer = Recalibration(beta=0.5, offsets=(-0.5, -0.2, 0.0, 0.4, 2.0))
     steps = np.array([60.0, 130.0, 200.0])
     draws = np.random.default_rng(1).normal(0.2, 0.05, (400, steps.size))
