@@ -20,7 +20,8 @@ the change the model predicts; then the level-``p`` quantile moves by ``c(p)`` y
   median was not.
 * ``W_s`` is a yardstick of how far the forecast may be off there: the (drawn-in) forecast's own 90%
   width plus ``R``, the run's recent ``reward_std`` (the learning signal: how much the groups still
-  disagree, so how open the future is: 0 when none has lately; the logged rewards' 10-90% spread for a log without it),
+  disagree, so how open the future is: 0 for a run that has lost its learning signal; the logged rewards' 10-90%
+  spread for a log without a positive recent ``reward_std``),
   times the share of the plan between the last logged step and ``s`` (0 at the last logged step, so
   the logged level is not moved; it grows with the horizon, and a run cut late is moved less).
 * ``U`` (:func:`excursion`) widens the upper tail: how far the highest reward logged so far lies above
@@ -86,15 +87,20 @@ def anchor(prepared: PreparedRun) -> float:
 
 
 def signal_scale(prepared: PreparedRun) -> float:
-    """``R``: the recent ``reward_std`` in reward units; for a log without it, the logged rewards' 10-90% spread (0 for
-    an empty log).
+    """``R``: the recent ``reward_std`` in reward units; 0 for a run that has lost its learning signal; otherwise, for a
+    log without a positive recent ``reward_std``, the logged rewards' 10-90% spread (0 for an empty log).
 
-    A recent ``reward_std`` of 0 gives 0: no group has disagreed lately, so GRPO has no advantage to learn from and the
-    future is no more open than the forecast's own width says. (It used to fall back to the logged spread, which gave a
-    run that never learned a 95% quantile 18 spreads above its truth.)
+    A run the no-signal test judges to have lost its learning signal (:attr:`PreparedRun.signal_exhausted`: a stretch of
+    steps in which no group disagreed, longer than chance makes it at the logged group size) has no advantage for GRPO
+    to learn from, so its future is no more open than the forecast's own width says. It used to get the logged spread,
+    which gave a run that never learned a 95% quantile 18 spreads above its truth. A recent ``reward_std`` of 0 alone is
+    not that: in a log of small groups ten quiet steps in a row come by chance (judged as such, a tiny-batch run stopped
+    inside a fall it recovered from).
     """
-    if np.isfinite(prepared.recent_reward_std):
-        return float(max(prepared.recent_reward_std, 0.0))
+    if prepared.signal_exhausted:
+        return 0.0
+    if np.isfinite(prepared.recent_reward_std) and prepared.recent_reward_std > 0:
+        return float(prepared.recent_reward_std)
     return float(spread_scale(prepared.to_reward(prepared.z))) if prepared.z.size else 0.0
 
 
@@ -104,10 +110,10 @@ def excursion(prepared: PreparedRun) -> float:
 
     The noise is the MAD of the first differences / sqrt 2 (robust to the run's trend; the SD of the differences /
     sqrt 2 for rewards so discrete that the MAD is 0), and the noise's reach over ``n`` steps is the typical largest
-    of ``n`` standard normal draws, ``Phi^-1(1 - 1 / (n + 1))`` noise SDs. A run whose recent ``reward_std`` is 0 has
-    no room to climb into, whatever it logged before: with no group disagreeing, GRPO has nothing to learn from.
+    of ``n`` standard normal draws, ``Phi^-1(1 - 1 / (n + 1))`` noise SDs. A run that has lost its learning signal
+    (:attr:`PreparedRun.signal_exhausted`) has no room to climb into, whatever it logged before.
     """
-    if prepared.z.size < 2 or prepared.recent_reward_std == 0:
+    if prepared.z.size < 2 or prepared.signal_exhausted:
         return 0.0
     rewards = prepared.to_reward(prepared.z)
     diffs = np.diff(rewards)

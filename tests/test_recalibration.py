@@ -111,8 +111,9 @@ def test_without_offsets_and_with_beta_one_the_layer_changes_nothing():
 
 
 def test_the_yardstick_reads_no_learning_signal_as_no_extra_room():
-    """R is the recent reward_std, 0 when no group has disagreed lately (not the logged spread: a run with no advantage
-    to learn from is not an open future); the logged spread stands in only for a log without reward_std."""
+    """R is the recent reward_std, 0 for a run that has lost its learning signal (not the logged spread: a run with no
+    advantage to learn from is not an open future); the logged spread stands in for a log without a positive recent
+    reward_std, such as a chance streak of quiet steps in a log of small groups."""
     rewards = np.tile([1.77, 2.36, 2.94], 20)  # the batch mean moves while every group agrees
 
     def prepared(spreads):
@@ -120,6 +121,9 @@ def test_the_yardstick_reads_no_learning_signal_as_no_extra_room():
         return prepare_run(bg.read_log(table, total_steps=200))
 
     assert recalibration.signal_scale(prepared(np.zeros(60))) == 0.0
+    small_groups = np.r_[np.tile([0.0, 0.0, 1.4], 16), np.zeros(12)]  # quiet steps the norm: 12 in a row come by chance
+    assert prepared(small_groups).signal_exhausted is False
+    assert recalibration.signal_scale(prepared(small_groups)) == pytest.approx(recalibration.signal_scale(prepared(None)))
     assert recalibration.signal_scale(prepared(np.full(60, 0.4))) == pytest.approx(0.4)
     assert recalibration.signal_scale(prepared(None)) == pytest.approx(np.quantile(rewards, 0.9) - np.quantile(rewards, 0.1), rel=0.05)
     layer = Recalibration(beta=0.5, offsets=(-0.5, -0.2, 0.0, 0.4, 4.0))
