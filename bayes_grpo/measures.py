@@ -19,7 +19,7 @@ outcomes, the hardest third) are in ``evaluation.scoring``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -72,26 +72,43 @@ def cut(run: RunLog, fraction: float, total_steps: int | None = None) -> RunLog:
     return run.head(int(run.steps[min(n_seen, len(run.steps)) - 1]))
 
 
-def smoothed(steps: np.ndarray, rewards: np.ndarray, bandwidth: float = SMOOTHING_BANDWIDTH, span: float | None = None) -> np.ndarray:
-    """Gaussian-kernel (Nadaraya-Watson) smoother of ``rewards`` evaluated at ``steps``.
+def smoother_weights(steps: np.ndarray, at: Any, bandwidth: float = SMOOTHING_BANDWIDTH, span: float | None = None) -> np.ndarray:
+    """The weights :func:`smoothed` gives each logged reward in its value at step(s) ``at`` (each row sums to 1; one row
+    for a scalar ``at``).
 
     The kernel's standard deviation is ``bandwidth * span`` steps, ``span`` the
     run's step range (default: last minus first logged step, at least 1).
     """
     steps = np.asarray(steps, dtype=float)
+    span = span if span is not None else max(float(steps[-1] - steps[0]), 1.0)
+    h = max(bandwidth * span, 1e-9)
+    weights = np.exp(-0.5 * ((np.asarray(at, dtype=float)[..., None] - steps) / h) ** 2)
+    return weights / weights.sum(axis=-1, keepdims=True)
+
+
+def smoothed(steps: np.ndarray, rewards: np.ndarray, bandwidth: float = SMOOTHING_BANDWIDTH, span: float | None = None) -> np.ndarray:
+    """Gaussian-kernel (Nadaraya-Watson) smoother of ``rewards`` evaluated at ``steps`` (weights: :func:`smoother_weights`)."""
+    steps = np.asarray(steps, dtype=float)
     rewards = np.asarray(rewards, dtype=float)
     if steps.size == 0:
         return np.empty(0)
-    span = span if span is not None else max(float(steps[-1] - steps[0]), 1.0)
-    h = max(bandwidth * span, 1e-9)
     # Chunked to bound memory on long logs (O(n * chunk)).
-    out = np.empty(steps.size)
     chunk = 2048
-    for start in range(0, steps.size, chunk):
-        query = steps[start : start + chunk, None]
-        weights = np.exp(-0.5 * ((query - steps[None, :]) / h) ** 2)
-        out[start : start + chunk] = weights @ rewards / weights.sum(axis=1)
-    return out
+    return np.concatenate([smoother_weights(steps, steps[start : start + chunk], bandwidth, span) @ rewards for start in range(0, steps.size, chunk)])
+
+
+def step_noise(rewards: np.ndarray) -> float:
+    """Per-step logging noise of a reward series: the MAD of its first differences / sqrt 2 (robust to its trend).
+
+    Unlike :func:`bayes_grpo.prepare.noise_scale` (which the model uses) it has no floor at a share of the
+    rewards' spread, which would count a smooth rise as noise; rewards so discrete that the MAD is 0 get the
+    plain SD of the differences / sqrt 2 (0 for fewer than two rewards).
+    """
+    diffs = np.diff(np.asarray(rewards, dtype=float))
+    if diffs.size == 0:
+        return 0.0
+    mad = 1.4826 * float(np.median(np.abs(diffs - np.median(diffs))))
+    return (mad if mad > 0 else float(np.std(diffs))) / np.sqrt(2.0)
 
 
 def weighted_quantile(values: Sequence[float], q: float, weights: Sequence[float] | None = None) -> float:

@@ -59,7 +59,7 @@ import numpy as np
 from scipy.stats import norm
 
 from bayes_grpo.errors import ModelError
-from bayes_grpo.measures import persistence, weighted_quantile
+from bayes_grpo.measures import persistence, step_noise, weighted_quantile
 from bayes_grpo.prepare import PreparedRun, spread_scale
 
 #: Levels at which the offsets are learned; between them they are interpolated linearly, beyond them held.
@@ -108,19 +108,15 @@ def excursion(prepared: PreparedRun) -> float:
     """``U``: how far the highest logged reward lies above the persistence level (:func:`anchor`), beyond what logging
     noise alone reaches in as many steps (0 when it does not; 0 for an empty log).
 
-    The noise is the MAD of the first differences / sqrt 2 (robust to the run's trend; the SD of the differences /
-    sqrt 2 for rewards so discrete that the MAD is 0), and the noise's reach over ``n`` steps is the typical largest
-    of ``n`` standard normal draws, ``Phi^-1(1 - 1 / (n + 1))`` noise SDs. A run that has lost its learning signal
+    The noise is :func:`bayes_grpo.measures.step_noise` (robust to the run's trend), and its reach over ``n`` steps is
+    the typical largest of ``n`` standard normal draws, ``Phi^-1(1 - 1 / (n + 1))`` noise SDs. A run that has lost its learning signal
     (:attr:`PreparedRun.signal_exhausted`) has no room to climb into, whatever it logged before.
     """
     if prepared.z.size < 2 or prepared.signal_exhausted:
         return 0.0
     rewards = prepared.to_reward(prepared.z)
-    diffs = np.diff(rewards)
-    mad = 1.4826 * float(np.median(np.abs(diffs - np.median(diffs))))
-    noise = (mad if mad > 0 else float(np.std(diffs))) / np.sqrt(2.0)
     reach = float(norm.ppf(1.0 - 1.0 / (rewards.size + 1)))
-    return max(float(np.max(rewards)) - anchor(prepared) - reach * noise, 0.0)
+    return max(float(np.max(rewards)) - anchor(prepared) - reach * step_noise(rewards), 0.0)
 
 
 def excursion_weight(level: Any) -> Any:
@@ -141,12 +137,11 @@ def raw_column(level: float) -> str:
     return f"raw_q{round(100 * level):02d}"
 
 
-def yardsticks(beta: float, ahead: Any, width_ahead: Any, signal_scale: Any, excursion: Any) -> tuple[Any, Any]:
-    """The yardstick over a window without and with the whole excursion, ``(W, W + U h)`` (level ``p`` uses
-    ``W + v(p) U h``): ``W`` is ``beta`` times the mean share of the plan ahead times the raw draws' 90% width (the
-    drawn-in width), plus the mean share ahead ``h`` times ``R`` (:func:`window_terms` gives the terms)."""
-    lower = beta * width_ahead + ahead * signal_scale
-    return lower, lower + ahead * excursion
+def yardstick(beta: float, ahead: Any, width_ahead: Any, signal_scale: Any, excursion: Any, level: Any) -> Any:
+    """The yardstick ``W + v(p) U h`` over a window at quantile level(s) ``level``: ``W`` is ``beta`` times the mean share
+    of the plan ahead times the raw draws' 90% width (the drawn-in width), plus the mean share ahead ``h`` times ``R``
+    (:func:`window_terms` gives the terms)."""
+    return beta * width_ahead + ahead * (signal_scale + excursion_weight(level) * excursion)
 
 
 def width_90(values: np.ndarray) -> np.ndarray:
@@ -201,7 +196,7 @@ class Recalibration:
         if self.offsets[LEVELS.index(0.5)] != 0.0:  # beta places the median; with offsets >= 0 where v(p) > 0 the order is kept
             raise ModelError(f"a calibration layer's offset at the median is 0 (beta places the median), got {self.offsets!r}")
         if self.form != LAYER_FORM:
-            raise ModelError(f"this bayes_grpo applies calibration layers of form {LAYER_FORM}, not {self.form!r}; relearn it")
+            raise ModelError(f"the calibration layer was learned for the yardstick of another bayes_grpo (form {self.form!r}, this one applies {LAYER_FORM}); relearn it")
 
     def apply(self, values: np.ndarray, prepared: PreparedRun, steps: np.ndarray) -> np.ndarray:
         """``values`` (draws x steps, reward units) drawn towards persistence by ``beta`` after the last logged step, then
@@ -222,15 +217,13 @@ class Recalibration:
         share = ahead(prepared, steps)
         level = anchor(prepared)
         values = np.where(share[None, :] > 0, level + self.beta * (values - level), values)
-        lower = share * (width_90(values) + signal_scale(prepared))
-        upper = lower + share * excursion(prepared)
-        return values + offset[:, None] * (lower[None, :] + excursion_weight(rank)[:, None] * (upper - lower)[None, :])
+        room = signal_scale(prepared) + excursion_weight(rank)[:, None] * excursion(prepared)  # R + v(p) U, per draw
+        return values + offset[:, None] * share[None, :] * (width_90(values)[None, :] + room)
 
     def apply_to_window(self, samples: np.ndarray, raw: Any, steps: np.ndarray) -> np.ndarray:
         """Samples of the mean logged reward over ``steps`` from the raw forecast ``raw`` (logging noise included)
         moved as the layer learned them: drawn towards persistence by ``beta``, then each by the offset of its rank
-        times the window's yardstick for that rank (:func:`yardsticks`), from the same :func:`window_terms`
-        :func:`learn` read.
+        times the window's :func:`yardstick` at that rank, from the same :func:`window_terms` :func:`learn` read.
 
         This is the quantity :func:`learn` calibrates, so a window's reward is calibrated as held-out runs measured
         it. A window wholly at or before the last logged step is returned unchanged.
@@ -239,10 +232,9 @@ class Recalibration:
         terms = window_terms(raw, steps)
         if samples.size < 2 or raw.prepared.z.size == 0 or terms["ahead"] <= 0:
             return samples
-        level = terms["anchor"]
-        lower, upper = yardsticks(self.beta, terms["ahead"], terms["width_ahead"], terms["signal_scale"], terms["excursion"])
-        rank = _mid_ranks(samples)
-        return level + self.beta * (samples - level) + np.interp(rank, LEVELS, self.offsets) * (lower + excursion_weight(rank) * (upper - lower))
+        level, rank = terms["anchor"], _mid_ranks(samples)
+        width = yardstick(self.beta, terms["ahead"], terms["width_ahead"], terms["signal_scale"], terms["excursion"], rank)
+        return level + self.beta * (samples - level) + np.interp(rank, LEVELS, self.offsets) * width
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -260,10 +252,9 @@ class Recalibration:
         offsets = data.get("offsets")
         if "beta" not in data or not isinstance(offsets, list) or not all(isinstance(v, (int, float)) for v in offsets):
             raise ModelError("the calibration layer has the form of an earlier bayes_grpo (offsets per signal group, no beta); relearn it")
-        if data.get("form", 1) != LAYER_FORM:
-            raise ModelError("the calibration layer was learned for the yardstick of an earlier bayes_grpo (no excursion); relearn it")
         return cls(
-            beta=float(data["beta"]), offsets=tuple(float(v) for v in data["offsets"]), fit_id=data.get("fit_id", ""), learned_on=data.get("learned_on", {}), form=LAYER_FORM
+            beta=float(data["beta"]), offsets=tuple(float(v) for v in data["offsets"]), fit_id=data.get("fit_id", ""), learned_on=data.get("learned_on", {}),
+            form=data.get("form", 1),  # a layer stored before forms were recorded has form 1 (no excursion)
         )
 
 
@@ -272,7 +263,6 @@ def _mid_ranks(values: np.ndarray) -> np.ndarray:
     ranks = np.empty(values.size)
     ranks[np.argsort(values, kind="stable")] = (np.arange(values.size) + 0.5) / values.size
     return ranks
-
 
 
 def learned_level(level: float) -> float:
@@ -327,10 +317,10 @@ def learn(rows: Any, fit_id: str = "", weights: Sequence[float] | None = None, l
     raw = {p: frame[raw_column(p)].to_numpy(float) for p in LEVELS}
     errors = [np.average(np.abs(level + b * (raw[0.5] - level) - truth) / spread, weights=w) for b in BETA_GRID]
     beta = float(BETA_GRID[int(np.argmin(errors))])
-    lower, upper = yardsticks(beta, *(frame[c].to_numpy(float) for c in ("ahead", "width_ahead", "signal_scale", "excursion")))
+    terms = [frame[c].to_numpy(float) for c in ("ahead", "width_ahead", "signal_scale", "excursion")]
 
     def offset(p: float) -> float:
-        scale = lower + excursion_weight(p) * (upper - lower)
+        scale = yardstick(beta, *terms, p)
         known = scale > 0
         return float(weighted_quantile(((truth - (level + beta * (raw[p] - level))) / scale)[known], learned_level(p), w[known]))
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from scipy.stats import norm
 
-from bayes_grpo.measures import final_reward, persistence, reward_spread, smoothed, weighted_quantile
+from bayes_grpo.measures import final_reward, persistence, reward_spread, smoothed, smoother_weights, step_noise, weighted_quantile
 from bayes_grpo.settings import SMOOTHING_BANDWIDTH
 
 
@@ -43,28 +43,6 @@ def regret(steps: np.ndarray, rewards: np.ndarray, stop_step: float | None, band
     return (float(curve[-1]) - at_stop) / reward_spread(rewards)
 
 
-def smoother_weights(steps: np.ndarray, at: float, bandwidth: float = SMOOTHING_BANDWIDTH) -> np.ndarray:
-    """The weights :func:`bayes_grpo.measures.smoothed` gives each logged reward in its value at step ``at`` (they sum to 1)."""
-    steps = np.asarray(steps, dtype=float)
-    h = max(bandwidth * max(float(steps[-1] - steps[0]), 1.0), 1e-9)
-    weights = np.exp(-0.5 * ((float(at) - steps) / h) ** 2)
-    return weights / weights.sum()
-
-
-def step_noise(rewards: np.ndarray) -> float:
-    """Per-step logging noise of a reward series: the MAD of its first differences / sqrt 2 (robust to its trend).
-
-    Unlike :func:`bayes_grpo.prepare.noise_scale` (which the model uses) it has no floor at a share of the
-    rewards' spread, which would count a smooth rise as noise; rewards so discrete that the MAD is 0 get the
-    plain SD of the differences / sqrt 2.
-    """
-    diffs = np.diff(np.asarray(rewards, dtype=float))
-    if diffs.size == 0:
-        return 0.0
-    mad = 1.4826 * float(np.median(np.abs(diffs - np.median(diffs))))
-    return (mad if mad > 0 else float(np.std(diffs))) / np.sqrt(2.0)
-
-
 def noise_bad_probability(
     steps: np.ndarray, rewards: np.ndarray, stop_step: float | None, limit: float = 0.05, bandwidth: float = SMOOTHING_BANDWIDTH
 ) -> float:
@@ -73,8 +51,8 @@ def noise_bad_probability(
     Suppose the run's expected reward did not change from the stop on, so that a stop there
     loses nothing. Its regret is still not 0: S at the last step and S at the stop average
     different logged rewards, each with its own noise. S is linear in the rewards, so that
-    difference is Normal with SD ``sigma * ||w_last - w_stop||`` (:func:`smoother_weights`;
-    ``sigma`` the per-step noise, :func:`step_noise`, independent steps assumed). No rule can know
+    difference is Normal with SD ``sigma * ||w_last - w_stop||`` (:func:`bayes_grpo.measures.smoother_weights`;
+    ``sigma`` the per-step noise, :func:`bayes_grpo.measures.step_noise`, independent steps assumed). No rule can know
     the noise after its stop, so even a rule that stopped every run exactly where its reward
     stopped rising would see this share of its stops counted as bad.
     0 when never stopped, at the last step, or for a run without spread.
@@ -84,7 +62,7 @@ def noise_bad_probability(
     spread = reward_spread(rewards)
     if stop_step is None or stop_step >= steps[-1] or not spread > 0:
         return 0.0
-    sd = step_noise(rewards) * float(np.linalg.norm(smoother_weights(steps, steps[-1], bandwidth) - smoother_weights(steps, stop_step, bandwidth)))
+    sd = step_noise(rewards) * float(np.linalg.norm(np.diff(smoother_weights(steps, [stop_step, steps[-1]], bandwidth), axis=0)))
     return float(norm.sf(limit * spread / sd)) if sd > 0 else 0.0
 
 

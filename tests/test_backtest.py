@@ -48,7 +48,7 @@ def test_the_smoother_weights_are_the_regrets_smoother() -> None:
     rewards = np.sqrt(steps / steps[-1]) + 0.1 * rng.standard_normal(steps.size)
     curve = bg.measures.smoothed(steps, rewards)
     for i in (0, 20, 45, steps.size - 1):
-        weights = scoring.smoother_weights(steps, steps[i])
+        weights = bg.measures.smoother_weights(steps, steps[i])
         assert weights.sum() == pytest.approx(1.0) and weights @ rewards == pytest.approx(curve[i])
 
 

@@ -109,7 +109,6 @@ def test_without_offsets_and_with_beta_one_the_layer_changes_nothing():
     assert Recalibration(beta=1.0, offsets=(0.0,) * len(LEVELS)).apply(draws, prepare_run(run), steps) == pytest.approx(draws)
 
 
-
 def test_the_yardstick_reads_no_learning_signal_as_no_extra_room():
     """R is the recent reward_std, 0 for a run that has lost its learning signal (not the logged spread: a run with no
     advantage to learn from is not an open future); the logged spread stands in for a log without a positive recent
@@ -131,6 +130,8 @@ def test_the_yardstick_reads_no_learning_signal_as_no_extra_room():
     draws = np.random.default_rng(1).normal(2.3, 0.05, (400, steps.size))
     quiet, open_ = (np.quantile(layer.apply(draws, prepared(s), steps)[:, -1], 0.95) for s in (np.zeros(60), None))
     assert quiet < open_ - 1.0
+
+
 def test_the_excursion_is_the_best_logged_reward_beyond_the_noise_and_widens_only_the_upper_tail():
     """U is how far the best logged reward lies above the persistence level beyond what noise reaches in as many
     steps (about 0 for a flat noisy log; the spikes' height for one whose batches reached higher), in reward units,
@@ -207,7 +208,7 @@ def test_a_layer_of_the_earlier_form_is_refused_and_a_file_holding_one_loads_raw
         Recalibration(beta=0.5, offsets=(1.0, 0.0, 0.0, 0.0, 0.0))
     with pytest.raises(ModelError, match="offset at the median is 0"):
         Recalibration(beta=0.5, offsets=(-1.0, -0.5, -0.2, 0.0, 0.5))
-    with pytest.raises(ModelError, match="yardstick of an earlier bayes_grpo"):  # offsets learned without the excursion
+    with pytest.raises(ModelError, match="yardstick of another bayes_grpo"):  # offsets learned without the excursion
         Recalibration.from_json(json.dumps({"beta": 0.5, "offsets": [-0.2, 0, 0, 0.1, 0.5], "fit_id": quick_model.fit_id}))
     layer = Recalibration(beta=0.5, offsets=(-0.2, 0.0, 0.0, 0.1, 0.5), fit_id=quick_model.fit_id)
     path = dataclasses.replace(quick_model, recalibration=layer).save(tmp_path / "m40.nc", full=False)
