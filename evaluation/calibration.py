@@ -455,6 +455,7 @@ def score_cut(run: RunLog, fraction: float, predict: Predictor) -> dict[str, Any
         "width_90": (q95 - q05) / spread,
         "quantile_score": scoring.quantile_score(truth, quantiles, spread),
         "change_after_cut": scoring.change_after_cut(run.rewards, head.rewards),
+        "best_logged": float(np.max(head.rewards)),
         "ess": ess,
     }
 
@@ -1171,6 +1172,30 @@ def by_signal_third(scores: pd.DataFrame, *, source_cap: float | None = SOURCE_C
                     "above_q95": _mean(part.loc[mask, "above_q95"], w), "coverage_90": _mean(part.loc[mask, "covered_90"], w),
                     "quantile_score": _mean(part.loc[mask, "quantile_score"], w),
                 })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def upper_reach(scores: pd.DataFrame, raw: pd.DataFrame | None = None, *, source_cap: float | None = SOURCE_CAP) -> pd.DataFrame:
+    """How far the upper tail reaches above the best reward logged by the cut, against how far truths went, per
+    observed fraction (source-capped weighted quantiles, in units of each run's 10-90% spread).
+
+    ``q95_above_best``: (q95 - best logged reward at the cut) / spread; ``truth_above_best``: the same for the truth.
+    A q95 far above every truth's reach is width that buys no coverage: the sharpness cost of the upper tail.
+    """
+    rows = []
+    for fraction, part in scores.groupby("fraction"):
+        weights = source_weights(part) if source_cap is not None and "source" in part else pd.Series(1.0, index=part.index)
+        spread = part["spread"]
+        truth = (part["truth"] - part["best_logged"]) / spread
+        q95 = (part["q95"] - part["best_logged"]) / spread
+        row = {"fraction": fraction, "runs": len(part), "truth_above_best_q50": weighted_quantile(truth, 0.5, weights),
+               "truth_above_best_q95": weighted_quantile(truth, 0.95, weights), "truth_above_best_max": float(truth.max()),
+               "q95_above_best_q50": weighted_quantile(q95, 0.5, weights), "q95_above_best_q90": weighted_quantile(q95, 0.9, weights)}  # fmt: skip
+        if raw is not None:  # the raw model's forecasts of the same runs (the same sources, so the same weights)
+            same = raw[(raw["fraction"] == fraction) & raw["run_id"].isin(part["run_id"])]
+            same_weights = source_weights(same) if source_cap is not None and "source" in same else pd.Series(1.0, index=same.index)
+            row["raw_q95_above_best_q50"] = weighted_quantile((same["q95"] - same["best_logged"]) / same["spread"], 0.5, same_weights)
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
