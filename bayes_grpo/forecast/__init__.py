@@ -223,7 +223,6 @@ def forecast(
         pareto_k=conditioned.pareto_k,
         proposal=conditioned.proposal,
         noise_floor=config.noise_floor,
-        noise_df=config.student_nu,
         trend_weight=trend,
         outside_population=conditioned.outside_population,
         seed=seed,

@@ -133,9 +133,6 @@ class Forecast:
         The proposal the weights came from: ``"prior"``, ``"laplace"`` or ``"mcmc"`` (see :func:`condition`).
     noise_floor : float
         The model's per-step noise floor (normalised units).
-    noise_df : float
-        Degrees of freedom of the model's Student-t logging noise (:attr:`ModelConfig.student_nu`): the noise of a
-        window's mean reward is drawn from it, as the fit's likelihood reads a bin of logged rewards.
     trend_weight : float
         Share of the draws that carry on along the run's own recent trend after the last step
         instead of following the curve (:func:`trend_weight`).
@@ -178,7 +175,6 @@ class Forecast:
     pareto_k: float = float("nan")
     proposal: str = ""
     noise_floor: float = ModelConfig.noise_floor
-    noise_df: float = ModelConfig.student_nu
     trend_weight: float = 0.0
     outside_population: float = 0.0
     seed: int = 0
@@ -299,12 +295,10 @@ class Forecast:
     def window_reward(self, steps: np.ndarray) -> FinalReward:
         """Posterior predictive of the mean logged reward at ``steps``, noise included.
 
-        Per draw: the mean of the trajectory draw over ``steps`` plus Student-t noise
-        (:attr:`noise_df` degrees of freedom) of scale ``step_noise / sqrt(len(steps))``:
-        the noise of averaging that many logged rewards, as the fit's likelihood reads a
-        bin of them (Normal noise of that SD was narrower than the fit's own: a t with 4
-        degrees of freedom has an SD of sqrt 2 scales). The noise is fixed by the forecast's
-        ``seed``, so repeated calls agree. Calibration scores this quantity on the real window's steps.
+        Per draw: the mean of the trajectory draw over ``steps`` plus Normal noise
+        of SD ``step_noise / sqrt(len(steps))``, the noise of averaging that many
+        logged rewards. The noise is fixed by the forecast's ``seed``, so repeated
+        calls agree. Calibration scores this quantity on the real window's steps.
         A calibrated forecast takes it from the raw draws and then moves it by its
         :attr:`layer` (:meth:`~bayes_grpo.recalibration.Recalibration.apply_to_window`),
         the quantity the layer was learned on.
@@ -322,7 +316,7 @@ class Forecast:
         if steps.size == 0:
             raise ModelError("window_reward needs at least one step")
         raw = self.raw
-        noise = np.random.default_rng([self.seed, _WINDOW_NOISE_STREAM]).standard_t(self.noise_df, self.draws.shape[0])
+        noise = np.random.default_rng([self.seed, _WINDOW_NOISE_STREAM]).standard_normal(self.draws.shape[0])
         samples = raw.mean_over(raw.draws, steps) + noise * self.step_noise / np.sqrt(steps.size)
         bounds = self.prepared.bounds
         if bounds is not None:  # a mean of rewards inside the range they can take stays inside it
