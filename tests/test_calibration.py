@@ -296,3 +296,23 @@ def test_reward_bounds_say_where_the_reachable_range_came_from():
     assert table.set_index("reward_bounds").loc["inferred", "above_q95"] == 1.0
     assert table.set_index("reward_bounds").loc["none", "coverage_90"] == 1.0
     assert calibration.by_reward_bounds(rows.drop(columns="reward_bounds")).empty
+
+
+def test_upper_reach_measures_the_tail_and_the_truths_above_the_best_logged_reward() -> None:
+    # Three runs of three sources at one cut, spread 1: truths 0.2 below, at and 0.5 above the best logged reward,
+    # and a q95 of 2, 1 and 3 above it; the raw model's q95 sits 0.5 above it in every run.
+    scores = pd.DataFrame({
+        "fraction": 0.3, "run_id": ["a", "b", "c"], "source": ["s1", "s2", "s3"], "spread": 1.0,
+        "best_logged": [0.4, 0.5, 0.6], "truth": [0.2, 0.5, 1.1], "q95": [2.4, 1.5, 3.6],
+    })  # fmt: skip
+    raw = scores.assign(q95=scores["best_logged"] + 0.5)
+    table = calibration.upper_reach(scores, raw).iloc[0]
+    assert table["runs"] == 3
+    assert table["truth_above_best_q50"] == pytest.approx(0.0)
+    assert table["truth_above_best_max"] == pytest.approx(0.5)
+    assert table["q95_above_best_q50"] == pytest.approx(2.0)
+    assert table["raw_q95_above_best_q50"] == pytest.approx(0.5)
+    # Every scored row carries the best reward logged by the cut.
+    run = bg.read_log(pd.DataFrame({"step": np.arange(1, 41), "reward": np.r_[np.linspace(0, 1, 20), np.full(20, 0.5)]}), run_id="r", total_steps=40)
+    row = calibration.score_cut(run, 0.5, lambda head, total, window: (0.5, dict.fromkeys(FORECAST_QUANTILES, 0.5), np.nan))
+    assert row["best_logged"] == pytest.approx(1.0)
