@@ -211,14 +211,15 @@ def main() -> None:
             "Raw model:\n\n", markdown(calibration.by_signal_third(raw[raw["set"] == "real"])), "\n",
         ]  # fmt: skip
         real_scores = scores[scores["set"] == "real"]
-        parts += [
-            "## How far the upper tail reaches (real runs, source-capped)\n\n",
-            "In units of each run's spread, above the best reward the run had logged by the cut: where the truths went "
-            "(median, 95th percentile, largest) and where the calibrated q95 lies (median, 90th percentile; `raw_`: the raw "
-            "model's q95, median). A q95 well above every truth's reach is width that buys no coverage: the sharpness the "
-            "calibration pays for the few late take-offs it must cover.\n\n",
-            markdown(calibration.upper_reach(real_scores, raw[raw["set"] == "real"] if layered else None)), "\n",
-        ]  # fmt: skip
+        if "best_logged" in real_scores:  # scores written before the column existed (--from-scores) lack it
+            parts += [
+                "## How far the upper tail reaches (real runs, source-capped)\n\n",
+                "In units of each run's spread, above the best reward the run had logged by the cut: where the truths went "
+                "(median, 95th percentile, largest) and where the calibrated q95 lies (median, 90th percentile; `raw_`: the raw "
+                "model's q95, median). A q95 well above every truth's reach is width that buys no coverage: the sharpness the "
+                "calibration pays for the few late take-offs it must cover.\n\n",
+                markdown(calibration.upper_reach(real_scores, raw[raw["set"] == "real"] if layered else None)), "\n",
+            ]  # fmt: skip
         as_logged = scores[scores["run_id"].isin(declared["run_id"])].assign(reward_bounds="the declared runs as logged") if len(declared) else declared
         bounded = calibration.by_reward_bounds(pd.concat([scores[scores["set"] == "real"], declared, as_logged], ignore_index=True))
         if not bounded.empty:
