@@ -1184,7 +1184,7 @@ def upper_reach(scores: pd.DataFrame, raw: pd.DataFrame | None = None, *, source
     """
     rows = []
     for fraction, part in scores.groupby("fraction"):
-        weights = source_weights(part) if source_cap is not None and "source" in part else pd.Series(1.0, index=part.index)
+        weights = _weights(part, (), source_cap if "source" in part else None)
         spread = part["spread"]
         truth = (part["truth"] - part["best_logged"]) / spread
         q95 = (part["q95"] - part["best_logged"]) / spread
@@ -1193,7 +1193,7 @@ def upper_reach(scores: pd.DataFrame, raw: pd.DataFrame | None = None, *, source
                "q95_above_best_q50": weighted_quantile(q95, 0.5, weights), "q95_above_best_q90": weighted_quantile(q95, 0.9, weights)}  # fmt: skip
         if raw is not None:  # the raw model's forecasts of the same runs (the same sources, so the same weights)
             same = raw[(raw["fraction"] == fraction) & raw["run_id"].isin(part["run_id"])]
-            same_weights = source_weights(same) if source_cap is not None and "source" in same else pd.Series(1.0, index=same.index)
+            same_weights = _weights(same, (), source_cap if "source" in same else None)
             row["raw_q95_above_best_q50"] = weighted_quantile((same["q95"] - same["best_logged"]) / same["spread"], 0.5, same_weights)
         rows.append(row)
     return pd.DataFrame(rows)
