@@ -97,8 +97,9 @@ class PreparedRun:
     recent_zero_share: float = float("nan")
     #: The latest steps gave GRPO no learning signal (:func:`no_learning_signal`).
     signal_exhausted: bool = False
-    #: Largest reward of a log whose rewards are 0-or-k outcomes, inferred from ``reward_std`` (:func:`binary_reward_ceiling`).
+    #: Largest reward of a log whose rewards are 0-or-k outcomes (:func:`reward_ceiling`), and what showed it (in words).
     reward_ceiling: float | None = None
+    ceiling_evidence: str = ""
 
     @property
     def bounds(self) -> tuple[float, float] | None:
@@ -241,6 +242,62 @@ def binary_reward_ceiling(rewards: np.ndarray, reward_std: np.ndarray | None) ->
     if np.mean(np.abs(estimates / ceiling - 1.0) < CEILING_AGREEMENT) < CEILING_AGREEING_SHARE or np.nanmax(r) > ceiling:
         return None
     return ceiling * (1.0 + CEILING_SLACK)
+
+
+#: Most completions a logged mean may average for :func:`saturated_outcome_ceiling` to read it as a share of 0-or-k
+#: outcomes, and the fewest distinct logged means it needs (a few values fit such a grid by chance).
+LATTICE_MAX_COMPLETIONS, LATTICE_MIN_VALUES = 64, 5
+#: Relative tolerance of the grid of :func:`saturated_outcome_ceiling` (logs print rounded floats).
+LATTICE_TOLERANCE = 1e-6
+def saturated_outcome_ceiling(rewards: np.ndarray, reward_std: np.ndarray | None) -> float | None:
+    """The largest reward ``k`` of a log of 0-or-``k`` outcomes where ``reward_std`` does not give it exactly, else None.
+
+    :func:`binary_reward_ceiling` needs ``reward_std^2 = r (k - r)``, which holds only where ``reward_std`` is the
+    spread of one step's completions. TRL before 0.27 logged the mean spread within groups, and a log averaged over
+    several steps mixes steps; for both the identity fails (the 0/1 GSM8K sweep of issue 47 printed a 90% interval
+    up to 3.8). Three things read ``k`` there:
+
+    * a step logged the highest mean with no spread (``reward_std`` 0): every completion of it scored that value, so
+      it is a reward a completion gets, which for 0-or-k outcomes is ``k``;
+    * every logged mean is a multiple of ``k / N`` for some ``N`` of at most :data:`LATTICE_MAX_COMPLETIONS`
+      (the share of ``N`` outcomes that scored ``k``), among at least :data:`LATTICE_MIN_VALUES` distinct means;
+    * no step's spread exceeds what 0-or-k outcomes allow at its mean, ``sqrt(2 r (k - r))`` (groups of two with the
+      sample formula; larger groups, and the spread over a whole step, allow less).
+
+    On the shared runs it holds at some cut for 8 runs of 2 sources (a 0/1 correctness reward, a 0-to-2 meme
+    classification reward), and no later step of any went above it.
+    """
+    if reward_std is None:
+        return None
+    r, s = np.asarray(rewards, dtype=float), np.asarray(reward_std, dtype=float)
+    keep = np.isfinite(r)
+    r, s = r[keep], s[keep]
+    if r.size < LATTICE_MIN_VALUES or np.min(r) < 0 or np.max(r) <= 0:
+        return None
+    top = float(np.max(r))
+    at_top = np.abs(r - top) <= LATTICE_TOLERANCE * top
+    if not np.any(at_top & (s <= NO_SIGNAL_SPREAD * top)) or np.unique(np.round(r / top, 6)).size < LATTICE_MIN_VALUES:
+        return None
+    shares = r / top
+    on_grid = (np.max(np.abs(n * shares - np.round(n * shares))) <= LATTICE_TOLERANCE * n for n in range(1, LATTICE_MAX_COMPLETIONS + 1))
+    if not any(on_grid):
+        return None
+    spread = np.isfinite(s)
+    if np.any(s[spread] > np.sqrt(2.0 * r[spread] * (top - r[spread])) * (1.0 + CEILING_SLACK)):
+        return None
+    return top
+
+
+def reward_ceiling(rewards: np.ndarray, reward_std: np.ndarray | None) -> tuple[float, str] | None:
+    """The largest reward ``k`` of a log of 0-or-k outcomes and what showed it (in words, for the forecast's caveats),
+    else None: :func:`binary_reward_ceiling` where ``reward_std`` gives it, else :func:`saturated_outcome_ceiling`."""
+    found = binary_reward_ceiling(rewards, reward_std)
+    if found is not None:
+        return found, f"reward_std^2 = reward x ({found:.2g} - reward) at every logged step with spread"
+    found = saturated_outcome_ceiling(rewards, reward_std)
+    if found is not None:
+        return found, f"every logged mean is a share of {found:.2g} among a few completions, and at a step where all of them scored {found:.2g}"
+    return None
 
 
 def frozen_after_start(run: RunLog) -> bool:
@@ -410,8 +467,16 @@ def prepare_run(
         recent_reward_std=_recent_mean(reward_std),
         recent_zero_share=_recent_mean(zero_share),
         signal_exhausted=no_learning_signal(rewards, reward_std, zero_share, unit),
-        reward_ceiling=binary_reward_ceiling(rewards, reward_std) if kind == "learned" and np.nanmin(rewards, initial=0.0) >= 0 else None,
+        **_ceiling_fields(rewards, reward_std, kind),
     )
+
+
+def _ceiling_fields(rewards: np.ndarray, reward_std: np.ndarray | None, kind: str) -> dict[str, object]:
+    """``reward_ceiling`` and ``ceiling_evidence`` of a :class:`PreparedRun` (none for a declared range or a negative reward)."""
+    if kind != "learned" or np.nanmin(rewards, initial=0.0) < 0:
+        return {}
+    found = reward_ceiling(rewards, reward_std)
+    return {} if found is None else {"reward_ceiling": found[0], "ceiling_evidence": found[1]}
 
 
 def prepare_training_run(run: RunLog, unit_progress: float | None = None) -> PreparedRun:

@@ -63,7 +63,7 @@ import pandas as pd
 from scipy.stats import norm
 
 from bayes_grpo.errors import ModelError, PlanError
-from bayes_grpo.forecast import Forecast
+from bayes_grpo.forecast import Forecast, within_shared_ceiling
 from bayes_grpo.logs import RunLog
 from bayes_grpo.logs.plan import planned_length
 from bayes_grpo.measures import final_reward, reward_spread
@@ -589,7 +589,7 @@ def rank(
     total = _planned_length(runs, total_steps)
     finished = np.array([run.last_step >= total for run in runs])
     options = {"total_steps": total, "family": family, "params_b": params_b, "n_draws": n_draws, "calibrated": bool(calibrated)}
-    forecasts = _forecast_runs(model, runs, options, seed, n_jobs)
+    forecasts = within_shared_ceiling(_forecast_runs(model, runs, options, seed, n_jobs))
     if all(fc.calibrated for fc in forecasts):  # the layer is the calibration: keep each forecast as it is
         coupling = coupling.for_calibrated()
     going = sorted((i for i in range(len(runs)) if not finished[i]), key=lambda i: runs[i].run_id)  # by id: any order of the runs gives one ranking

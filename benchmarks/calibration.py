@@ -225,8 +225,9 @@ def main() -> None:
         if not bounded.empty:
             parts += [
                 "## By where the reachable range came from (real runs, source-capped)\n\n",
-                "A forecast stays within the rewards' range: a declared `reward_range`, or 0 to k inferred from `reward_std` "
-                "when every logged step fits 0-or-k rewards (`bayes_grpo.prepare.binary_reward_ceiling`); `none`: no range. "
+                "A forecast stays within the rewards' range: a declared `reward_range`, or 0 to k inferred where the log shows "
+                "0-or-k rewards (`bayes_grpo.prepare.reward_ceiling`: `reward_std` fits them at every logged step, or a step "
+                "where every completion scored the highest logged mean and every mean a share of it); `none`: no range. "
                 "`declared`: the runs whose whole log shows 0-or-k rewards forecast again with `reward_range=(0, k)` declared "
                 "(`evaluation.calibration.with_declared_ranges`; the same fold models and layers), and `the declared runs as logged`: the "
                 "same runs' forecasts without the declaration.\n\n",

@@ -462,7 +462,7 @@ def score_cut(run: RunLog, fraction: float, predict: Predictor) -> dict[str, Any
 
 def reward_bounds(prepared: PreparedRun) -> str:
     """Where the forecast's reachable range came from: ``"declared"`` (a reward range), ``"inferred"`` (0-or-k rewards
-    read off ``reward_std``: :func:`bayes_grpo.prepare.binary_reward_ceiling`) or ``"none"``."""
+    read off the log: :func:`bayes_grpo.prepare.reward_ceiling`) or ``"none"``."""
     if prepared.kind == "range":
         return "declared"
     return "inferred" if prepared.bounds is not None else "none"
@@ -904,8 +904,8 @@ def cross_fitted(cv: CrossValidation, *, n_jobs: int | None = 1, cluster: str | 
 
 
 def declared_range(run: RunLog) -> RunLog | None:
-    """``run`` with its 0-or-k rewards' range declared, ``reward_range=(0, k)`` (``k`` inferred from its whole log's
-    ``reward_std``, :func:`bayes_grpo.prepare.binary_reward_ceiling`, to one decimal: a 0/1 reward declares (0, 1));
+    """``run`` with its 0-or-k rewards' range declared, ``reward_range=(0, k)`` (``k`` inferred from its whole log,
+    :func:`bayes_grpo.prepare.reward_ceiling`, to one decimal: a 0/1 reward declares (0, 1));
     None for a run whose rewards are not 0-or-k or that declares a range already."""
     if run.reward_range is not None:
         return None

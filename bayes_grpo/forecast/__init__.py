@@ -58,7 +58,7 @@ from bayes_grpo.forecast.conditioning import (
     DEFENSIVE_SHARE, MIN_ESS_FRACTION, MIN_ESS_WARN, N_PARTICLES, PARETO_K_MAX, PRIOR_COMPONENTS, WIDE_SCALE, WIDE_SHARE, Conditioning,
     RobustPrior, _systematic_resample, condition,
 )  # fmt: skip
-from bayes_grpo.forecast.result import MATERIAL_NOISE, OUTSIDE_POPULATION_WARN, REGIMES, FinalReward, Forecast
+from bayes_grpo.forecast.result import MATERIAL_NOISE, OUTSIDE_POPULATION_WARN, REGIMES, FinalReward, Forecast, within_shared_ceiling
 from bayes_grpo.forecast.trend import (
     TREND_CLEAR_SE, TREND_HORIZON, TREND_HORIZON_SD, TREND_MIN_POINTS, TREND_PRIOR, TREND_PRIOR_SD, TREND_WINDOW, linear_trend,
     trend_paths, trend_weight,
@@ -71,7 +71,7 @@ __all__ = [
     "DEFENSIVE_SHARE", "MATERIAL_NOISE", "MAX_GRID_POINTS", "MIN_ESS_FRACTION", "MIN_ESS_WARN", "N_PARTICLES", "OUTSIDE_POPULATION_WARN",
     "PARETO_K_MAX", "PRIOR_COMPONENTS", "REGIMES", "TREND_CLEAR_SE", "TREND_HORIZON", "TREND_HORIZON_SD", "TREND_MIN_POINTS",
     "TREND_PRIOR", "TREND_PRIOR_SD", "TREND_WINDOW", "WIDE_SCALE", "WIDE_SHARE", "Conditioning", "FinalReward", "Forecast",
-    "RobustPrior", "condition", "forecast", "linear_trend", "trend_paths", "trend_weight",
+    "RobustPrior", "condition", "forecast", "linear_trend", "trend_paths", "trend_weight", "within_shared_ceiling",
 ]  # fmt: skip
 
 

@@ -186,6 +186,16 @@ class Forecast:
         if self.layer is not None and self.raw_draws is None:
             raise ModelError("a calibrated forecast needs its raw_draws (the draws before the layer)")
 
+    def within_ceiling(self, ceiling: float, evidence: str) -> Forecast:
+        """This forecast kept within 0 to ``ceiling``, as if its own log had shown 0-or-``ceiling`` rewards (``evidence``:
+        what showed them, in words, for :attr:`caveats`). :func:`bayes_grpo.sweeps.rank` gives a sweep's runs the ceiling
+        one of them shows: they share their reward functions, but only some logs reach the top."""
+        prepared = replace(self.prepared, reward_ceiling=float(ceiling), ceiling_evidence=evidence)
+        low, high = prepared.bounds
+        clipped = {name: np.clip(getattr(self, name), low, high) for name in ("draws", "curves")}
+        raw = None if self.raw_draws is None else np.clip(self.raw_draws, low, high)
+        return replace(self, prepared=prepared, raw_draws=raw, **clipped)
+
     @property
     def calibrated(self) -> bool:
         """Whether the draws went through the model's calibration layer (:attr:`layer`)."""
@@ -218,8 +228,7 @@ class Forecast:
             )
         if prepared.kind == "learned" and prepared.reward_ceiling is not None:
             notes.append(
-                f"the rewards look like 0-or-{prepared.reward_ceiling:.2g} outcomes (reward_std^2 = reward x "
-                f"({prepared.reward_ceiling:.2g} - reward) at every logged step with spread): the forecast stays within "
+                f"the rewards look like 0-or-{prepared.reward_ceiling:.2g} outcomes ({prepared.ceiling_evidence}): the forecast stays within "
                 f"0 to {prepared.reward_ceiling:.3g}; pass reward_range=(min, max) if that is wrong"
             )
         if self.observed_steps.size and self.total_steps > LONG_PLAN_FACTOR * self.observed_steps[-1]:
@@ -418,3 +427,28 @@ class Forecast:
         from bayes_grpo.plotting import plot_forecast
 
         return plot_forecast(self, ax, truth)
+
+
+#: Inferred ceilings of a sweep's runs that differ by more than this factor are not shared (:func:`within_shared_ceiling`).
+SHARED_CEILING_AGREEMENT = 1.05
+
+
+def within_shared_ceiling(forecasts: list[Forecast]) -> list[Forecast]:
+    """A sweep's forecasts (:func:`bayes_grpo.sweeps.rank`), each run without a range kept within the ceiling others show.
+
+    A sweep's runs share their reward functions, but only the runs whose logs reached the top show a 0-or-k reward's
+    ceiling (:func:`bayes_grpo.prepare.reward_ceiling`): on the 0/1 GSM8K sweep of issue 47, cut at 30%, three of five
+    runs showed it and the other two were forecast up to 3.8. Each run whose logged rewards lie within 0 to that ceiling
+    gets it (:meth:`Forecast.within_ceiling`, which its caveats name); none does where a run declares a range or the
+    shown ceilings disagree (by more than :data:`SHARED_CEILING_AGREEMENT` times).
+    """
+    shown = [fc for fc in forecasts if fc.prepared.kind == "learned" and fc.prepared.reward_ceiling is not None]
+    if not shown or any(fc.prepared.kind == "range" for fc in forecasts):
+        return forecasts
+    ceilings = [fc.prepared.reward_ceiling for fc in shown]
+    if max(ceilings) > SHARED_CEILING_AGREEMENT * min(ceilings):
+        return forecasts
+    top = max(shown, key=lambda fc: fc.prepared.reward_ceiling)
+    ceiling, evidence = top.prepared.reward_ceiling, f"run {top.run_id!r} of the sweep shows it: {top.prepared.ceiling_evidence}"
+    inside = lambda fc: fc.observed_rewards.size and 0.0 <= np.min(fc.observed_rewards) and np.max(fc.observed_rewards) <= ceiling
+    return [fc.within_ceiling(ceiling, evidence) if fc.prepared.bounds is None and inside(fc) else fc for fc in forecasts]
