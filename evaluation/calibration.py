@@ -494,7 +494,7 @@ def evaluate_run(
         One row of scores (those of :func:`score_cut`, plus ``pareto_k``, ``proposal``, the
         regime weights ``p_take_off_ahead``, ``p_plateau``, ``p_decline``, ``reward_bounds`` (:func:`reward_bounds`), and what a calibration layer
         learns from: ``std_rel``, :func:`bayes_grpo.recalibration.window_terms` over the final window and the
-        quantiles of the raw forecast's reward over that window, ``raw_q05`` ...); None when the cut
+        quantiles of the raw forecast's reward over that window before a reward range bounds it, ``raw_q05`` ...); None when the cut
         already reaches the final window (a run logged only part of its planned steps), where
         there is nothing to forecast.
 
@@ -523,7 +523,7 @@ def evaluate_run(
         return None
     fc = forecasts[-1]
     window = run.steps[-measures.final_window_size(len(run)) :].astype(float)
-    raw = fc.raw.window_reward(window).quantile(np.asarray(recalibration.LEVELS))
+    raw = fc.raw.window_reward(window, bounded=False).quantile(np.asarray(recalibration.LEVELS))  # what the layer moves
     return {
         **row, "pareto_k": fc.pareto_k, "proposal": fc.proposal, **{f"p_{name}": weight for name, weight in fc.regimes.items()},
         "std_rel": recalibration.std_rel(fc.prepared), "reward_bounds": reward_bounds(fc.prepared), **recalibration.window_terms(fc.raw, window),

@@ -206,7 +206,7 @@ def forecast(
     if layer is not None:
         draws = layer.apply(draws, prepared, grid)
     if prepared.bounds is not None:  # an expected reward cannot leave the range the reward functions can give
-        draws, curves, raw_draws = (np.clip(values, *prepared.bounds) for values in (draws, curves, raw_draws))
+        draws, curves = (np.clip(values, *prepared.bounds) for values in (draws, curves))
     return Forecast(
         run_id=prepared.run_id,
         steps=grid,
@@ -228,7 +228,7 @@ def forecast(
         seed=seed,
         uses_signal="gain_signal" in model.population_arrays(),
         layer=layer,
-        raw_draws=raw_draws if layer is not None else None,
+        raw_draws=raw_draws if layer is not None or prepared.bounds is not None else None,
     )
 
 

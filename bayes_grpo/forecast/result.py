@@ -148,7 +148,10 @@ class Forecast:
         :meth:`window_reward` (and so :attr:`final`) applies it to the raw forecast's window reward, logging noise
         included, as it was learned. The curves (what the stop rule judges) are the model's own.
     raw_draws : ndarray or None
-        The draws before the layer (given with ``layer``).
+        The model's own draws (:attr:`raw`), before the layer and before the reward's range (:attr:`PreparedRun.bounds`)
+        bounds them (given with ``layer`` or a range): the layer calibrates the model's own draws, and a range then
+        keeps out what cannot happen. Bounded first, a 0-to-1 run's yardstick narrowed with its upper tail and its
+        draws at 0 were drawn off the floor it had logged.
     uses_signal : bool
         Whether the model reads GRPO's learning signal (``reward_std``, model 3.0; see
         :func:`bayes_grpo.prepare.learning_signal`), so that a log without it is worth a caveat.
@@ -191,10 +194,8 @@ class Forecast:
         what showed them, in words, for :attr:`caveats`). :func:`bayes_grpo.sweeps.rank` gives a sweep's runs the ceiling
         one of them shows: they share their reward functions, but only some logs reach the top."""
         prepared = replace(self.prepared, reward_ceiling=float(ceiling), ceiling_evidence=evidence)
-        low, high = prepared.bounds
-        clipped = {name: np.clip(getattr(self, name), low, high) for name in ("draws", "curves")}
-        raw = None if self.raw_draws is None else np.clip(self.raw_draws, low, high)
-        return replace(self, prepared=prepared, raw_draws=raw, **clipped)
+        bounded = {name: np.clip(getattr(self, name), *prepared.bounds) for name in ("draws", "curves")}
+        return replace(self, prepared=prepared, raw_draws=self.raw.draws, **bounded)
 
     @property
     def calibrated(self) -> bool:
@@ -250,8 +251,9 @@ class Forecast:
 
     @property
     def raw(self) -> Forecast:
-        """The model's own forecast, without the calibration layer (this forecast when it has none)."""
-        if self.layer is None:
+        """The model's own forecast, without the calibration layer and before a reward range bounds its draws
+        (:attr:`raw_draws`; this forecast when it has neither): the layer's input. Its :meth:`window_reward` is bounded."""
+        if self.raw_draws is None:
             return self
         return replace(self, draws=self.raw_draws, raw_draws=None, layer=None)
 
@@ -301,7 +303,7 @@ class Forecast:
         size = final_window_size(n_logged, fraction)
         return np.clip(self.total_steps - interval * np.arange(size)[::-1], 1.0, None)
 
-    def window_reward(self, steps: np.ndarray) -> FinalReward:
+    def window_reward(self, steps: np.ndarray, bounded: bool = True) -> FinalReward:
         """Posterior predictive of the mean logged reward at ``steps``, noise included.
 
         Per draw: the mean of the trajectory draw over ``steps`` plus Normal noise
@@ -310,12 +312,15 @@ class Forecast:
         calls agree. Calibration scores this quantity on the real window's steps.
         A calibrated forecast takes it from the raw draws and then moves it by its
         :attr:`layer` (:meth:`~bayes_grpo.recalibration.Recalibration.apply_to_window`),
-        the quantity the layer was learned on.
+        the quantity the layer was learned on; the reward's range (:attr:`PreparedRun.bounds`) then bounds it.
 
         Parameters
         ----------
         steps : array of int or float
             The logged steps averaged (at least one).
+        bounded : bool
+            Keep the samples within the reward's range (default). False gives what a layer moves and learns from:
+            the raw forecast's window reward (:attr:`raw`) before the range bounds it.
 
         Returns
         -------
@@ -327,13 +332,10 @@ class Forecast:
         raw = self.raw
         noise = np.random.default_rng([self.seed, _WINDOW_NOISE_STREAM]).standard_normal(self.draws.shape[0])
         samples = raw.mean_over(raw.draws, steps) + noise * self.step_noise / np.sqrt(steps.size)
-        bounds = self.prepared.bounds
-        if bounds is not None:  # a mean of rewards inside the range they can take stays inside it
-            samples = np.clip(samples, *bounds)
         if self.layer is not None:
             samples = self.layer.apply_to_window(samples, raw, steps)
-            if bounds is not None:
-                samples = np.clip(samples, *bounds)
+        if bounded and self.prepared.bounds is not None:  # a mean of rewards inside the range they can take stays inside it
+            samples = np.clip(samples, *self.prepared.bounds)
         return FinalReward(samples)
 
     @property
