@@ -296,7 +296,10 @@ def reward_ceiling(rewards: np.ndarray, reward_std: np.ndarray | None) -> tuple[
         return found, f"reward_std^2 = reward x ({found:.2g} - reward) at every logged step with spread"
     found = saturated_outcome_ceiling(rewards, reward_std)
     if found is not None:
-        return found, f"every logged mean is a share of {found:.2g} among a few completions, and at a step where all of them scored {found:.2g}"
+        return found, (
+            f"a step logged {found:.2g} with no spread, so every completion scored it, and every logged mean is a "
+            f"multiple of {found:.2g}/N for N of at most {LATTICE_MAX_COMPLETIONS} completions"
+        )
     return None
 
 
