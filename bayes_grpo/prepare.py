@@ -249,13 +249,15 @@ def binary_reward_ceiling(rewards: np.ndarray, reward_std: np.ndarray | None) ->
 LATTICE_MAX_COMPLETIONS, LATTICE_MIN_VALUES = 64, 5
 #: Relative tolerance of the grid of :func:`saturated_outcome_ceiling` (logs print rounded floats).
 LATTICE_TOLERANCE = 1e-6
+
+
 def saturated_outcome_ceiling(rewards: np.ndarray, reward_std: np.ndarray | None) -> float | None:
     """The largest reward ``k`` of a log of 0-or-``k`` outcomes where ``reward_std`` does not give it exactly, else None.
 
     :func:`binary_reward_ceiling` needs ``reward_std^2 = r (k - r)``, which holds only where ``reward_std`` is the
     spread of one step's completions. TRL before 0.27 logged the mean spread within groups, and a log averaged over
-    several steps mixes steps; for both the identity fails (the 0/1 GSM8K sweep of issue 47 printed a 90% interval
-    up to 3.8). Three things read ``k`` there:
+    several steps mixes steps; for both the identity fails, and a 0/1 reward's forecast would reach far above 1.
+    Three things read ``k`` there:
 
     * a step logged the highest mean with no spread (``reward_std`` 0): every completion of it scored that value, so
       it is a reward a completion gets, which for 0-or-k outcomes is ``k``;
@@ -452,6 +454,7 @@ def prepare_run(
     log10_size = float(np.log10(params_b)) if params_b and params_b > 0 else float("nan")
     reward_std = metric_spread(run) if run is not None else None  # NaN where not logged
     zero_share = run.signal("frac_reward_zero_std") if run is not None and run.metric == "reward" else None
+    ceiling = reward_ceiling(rewards, reward_std) if kind == "learned" and np.nanmin(rewards, initial=0.0) >= 0 else None
     return PreparedRun(
         run_id=run_id,
         family=normalise_family(family) if isinstance(family, str) else None,
@@ -470,16 +473,9 @@ def prepare_run(
         recent_reward_std=_recent_mean(reward_std),
         recent_zero_share=_recent_mean(zero_share),
         signal_exhausted=no_learning_signal(rewards, reward_std, zero_share, unit),
-        **_ceiling_fields(rewards, reward_std, kind),
+        reward_ceiling=ceiling[0] if ceiling else None,
+        ceiling_evidence=ceiling[1] if ceiling else "",
     )
-
-
-def _ceiling_fields(rewards: np.ndarray, reward_std: np.ndarray | None, kind: str) -> dict[str, object]:
-    """``reward_ceiling`` and ``ceiling_evidence`` of a :class:`PreparedRun` (none for a declared range or a negative reward)."""
-    if kind != "learned" or np.nanmin(rewards, initial=0.0) < 0:
-        return {}
-    found = reward_ceiling(rewards, reward_std)
-    return {} if found is None else {"reward_ceiling": found[0], "ceiling_evidence": found[1]}
 
 
 def prepare_training_run(run: RunLog, unit_progress: float | None = None) -> PreparedRun:

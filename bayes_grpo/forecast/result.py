@@ -150,8 +150,8 @@ class Forecast:
     raw_draws : ndarray or None
         The model's own draws (:attr:`raw`), before the layer and before the reward's range (:attr:`PreparedRun.bounds`)
         bounds them (given with ``layer`` or a range): the layer calibrates the model's own draws, and a range then
-        keeps out what cannot happen. Bounded first, a 0-to-1 run's yardstick narrowed with its upper tail and its
-        draws at 0 were drawn off the floor it had logged.
+        keeps out what cannot happen. Bounding first would narrow the layer's yardstick with the clipped upper tail,
+        and its draw towards persistence would lift draws at a floor the run has logged off it.
     uses_signal : bool
         Whether the model reads GRPO's learning signal (``reward_std``, model 3.0; see
         :func:`bayes_grpo.prepare.learning_signal`), so that a log without it is worth a caveat.
@@ -439,12 +439,12 @@ def within_shared_ceiling(forecasts: list[Forecast]) -> list[Forecast]:
     """A sweep's forecasts (:func:`bayes_grpo.sweeps.rank`), each run without a range kept within the ceiling others show.
 
     A sweep's runs share their reward functions, but only the runs whose logs reached the top show a 0-or-k reward's
-    ceiling (:func:`bayes_grpo.prepare.reward_ceiling`): on the 0/1 GSM8K sweep of issue 47, cut at 30%, three of five
-    runs showed it and the other two were forecast up to 3.8. Each run whose logged rewards lie within 0 to that ceiling
-    gets it (:meth:`Forecast.within_ceiling`, which its caveats name); none does where a run declares a range or the
-    shown ceilings disagree (by more than :data:`SHARED_CEILING_AGREEMENT` times).
+    ceiling (:func:`bayes_grpo.prepare.reward_ceiling`); the others' forecasts would reach far above it. Each run without
+    a range whose logged rewards lie within 0 to that ceiling gets it (:meth:`Forecast.within_ceiling`, which its caveats
+    name); none does where a run declares a range or the shown ceilings disagree (by more than
+    :data:`SHARED_CEILING_AGREEMENT` times).
     """
-    shown = [fc for fc in forecasts if fc.prepared.kind == "learned" and fc.prepared.reward_ceiling is not None]
+    shown = [fc for fc in forecasts if fc.prepared.reward_ceiling is not None]
     if not shown or any(fc.prepared.kind == "range" for fc in forecasts):
         return forecasts
     ceilings = [fc.prepared.reward_ceiling for fc in shown]
@@ -452,5 +452,9 @@ def within_shared_ceiling(forecasts: list[Forecast]) -> list[Forecast]:
         return forecasts
     top = max(shown, key=lambda fc: fc.prepared.reward_ceiling)
     ceiling, evidence = top.prepared.reward_ceiling, f"run {top.run_id!r} of the sweep shows it: {top.prepared.ceiling_evidence}"
-    inside = lambda fc: fc.observed_rewards.size and 0.0 <= np.min(fc.observed_rewards) and np.max(fc.observed_rewards) <= ceiling
-    return [fc.within_ceiling(ceiling, evidence) if fc.prepared.bounds is None and inside(fc) else fc for fc in forecasts]
+
+    def fits(fc: Forecast) -> bool:
+        logged = fc.observed_rewards
+        return fc.prepared.bounds is None and logged.size > 0 and 0.0 <= logged.min() and logged.max() <= ceiling
+
+    return [fc.within_ceiling(ceiling, evidence) if fits(fc) else fc for fc in forecasts]
