@@ -154,7 +154,7 @@ class FittedModel:
             Planned length (default: the run's metadata).
         **kwargs
             ``family``, ``params_b``, ``initial_reward``, ``reward_range``, ``source``, ``n_draws``, ``drift``,
-            ``seed`` (see :func:`bayes_grpo.forecast.forecast`).
+            ``seed``, ``calibrated``, ``n_particles``, ``grid_points`` (see :func:`bayes_grpo.forecast.forecast`).
 
         Returns
         -------

@@ -34,18 +34,16 @@ the runs still going have reached is an observation of ``w``
 (:meth:`SweepCoupling.shared_effect`), so a sweep whose finished runs ended
 above their forecasts lifts the forecasts of the runs still going, and one whose
 runs ended below them lowers them. A finished run's own final is its measured
-final-window mean (:func:`bayes_grpo.measures.final_reward`), without
-uncertainty. Joint finals are kept within :func:`sweep_bounds` (the declared reward range, else a
+final-window mean (:func:`bayes_grpo.measures.final_reward`). Joint finals are kept within :func:`sweep_bounds` (the declared reward range, else a
 spread beyond the rewards the sweep's runs have logged) and each run's own reachable range (declared,
 or inferred from ``reward_std``), never narrower than a run's own forecast (its 1-99% quantiles). :data:`FORECAST_ALONE` (``coupling=FORECAST_ALONE``)
 draws every run independently from its forecast as it is.
 
-**rank and forecast agree.** :func:`rank` forecasts every run as :func:`bayes_grpo.forecast.forecast`
-does, through the model's calibration layer (:mod:`bayes_grpo.recalibration`), which already puts
-real finals where they land; ``G`` is then the standard normal (:meth:`SweepCoupling.for_calibrated`)
-and only the shared share ``rho`` remains, so with no finished run a run's final in the ranking is
-drawn from exactly its forecast. ``calibrated=False`` ranks on the raw forecasts through ``G``, which
-is what the Optuna pruner does (its probabilities of ending above a bar were tuned on those).
+**rank and forecast agree.** :func:`rank` forecasts every run as :func:`bayes_grpo.forecast.forecast` does (with fewer
+particles and draws), through the model's calibration layer (:mod:`bayes_grpo.recalibration`), which already puts real
+finals where they land; ``G`` is then the standard normal (:meth:`SweepCoupling.for_calibrated`), so with no finished run
+a run's final in the ranking is drawn from its forecast. ``calibrated=False`` ranks on the raw forecasts through ``G``,
+as the Optuna pruner does (its probabilities of ending above a bar were tuned on those).
 """
 
 from __future__ import annotations
@@ -75,8 +73,9 @@ if TYPE_CHECKING:
 
 #: Joint draws of the runs' final rewards.
 JOINT_DRAWS = 4000
-#: Forecast draws per run.
-RANK_FORECAST_DRAWS = 500
+#: Forecast draws, importance-sampling particles and grid steps per run: half of a forecast's own draws and particles and a
+#: fifth of its grid, for speed (``benchmarks/rank_speed.py``); each run's final is the same forecast's, within Monte Carlo noise.
+RANK_FORECAST_DRAWS, RANK_PARTICLES, RANK_GRID_POINTS = 500, 1500, 100
 #: Quantiles of the final reward in the ranking table.
 TABLE_QUANTILES = (0.05, 0.5, 0.95)
 #: Probability levels at which a forecast's draws are read into a :class:`ScoreMap` (finer in the tails,
@@ -552,7 +551,7 @@ def rank(
         coupling's distribution of real misses (what :class:`~bayes_grpo.integrations.optuna.ForecastPruner` does). A
         model without a layer gives raw forecasts either way, and they are drawn through that distribution.
     n_draws : int
-        Forecast draws per run.
+        Forecast draws per run (made from :data:`RANK_PARTICLES` particles on a grid of :data:`RANK_GRID_POINTS` steps).
     joint_draws : int
         Joint draws of the final rewards.
     seed : int
@@ -588,7 +587,8 @@ def rank(
             raise ModelError(f"{name} must be a whole number of at least 2, got {value!r}")
     total = _planned_length(runs, total_steps)
     finished = np.array([run.last_step >= total for run in runs])
-    options = {"total_steps": total, "family": family, "params_b": params_b, "n_draws": n_draws, "calibrated": bool(calibrated)}
+    options = {"total_steps": total, "family": family, "params_b": params_b, "n_draws": n_draws, "calibrated": bool(calibrated),
+               "n_particles": RANK_PARTICLES, "grid_points": RANK_GRID_POINTS}  # fmt: skip
     forecasts = within_shared_ceiling(_forecast_runs(model, runs, options, seed, n_jobs))
     if all(fc.calibrated for fc in forecasts):  # the layer is the calibration: keep each forecast as it is
         coupling = coupling.for_calibrated()

@@ -113,10 +113,12 @@ P_BEST_MIN_COUNT = 20
 P_BEST_TOLERANCE = 0.1
 
 #: The ForecastPruner settings replayed: the defaults first (the targets are judged on them).
-DEFAULTS = "bayes_grpo ForecastPruner (defaults: on MedianPruner with 2 startup trials and 30% warm-up, veto 0.1; its own rule: threshold 0.05 from 30%, patience 2)"
+DEFAULTS = "bayes_grpo ForecastPruner (defaults: on MedianPruner with 2 startup trials and 30% warm-up, veto 0.12; its own rule: threshold 0.05 from 30%, patience 2)"
 FORECAST_VARIANTS = {
     DEFAULTS: {},
     "bayes_grpo ForecastPruner on MedianPruner, veto 0.2": {"veto": 0.2},
+    "bayes_grpo ForecastPruner on MedianPruner, veto 0.14": {"veto": 0.14},
+    "bayes_grpo ForecastPruner on MedianPruner, veto 0.1": {"veto": 0.1},
     "bayes_grpo ForecastPruner on MedianPruner, veto 0.05": {"veto": 0.05},
     "bayes_grpo ForecastPruner alone (base=None: threshold 0.05, from 30%, patience 2)": {"base": None},
     "bayes_grpo ForecastPruner alone, from 50% (base=None, min_fraction=0.5)": {"base": None, "min_fraction": 0.5},

@@ -97,7 +97,7 @@ def figures() -> dict[str, str]:
     found["components.sparse.runs"] = f"{int(sparse['runs'].max())}"
     sweeps = pd.read_csv(RESULTS / "backtest_sweeps.csv")
     for key, prefix in {
-        "default": "bayes_grpo ForecastPruner (defaults", "veto20": "bayes_grpo ForecastPruner on MedianPruner, veto 0.2",
+        "default": "bayes_grpo ForecastPruner (defaults", "veto20": "bayes_grpo ForecastPruner on MedianPruner, veto 0.2", "veto14": "bayes_grpo ForecastPruner on MedianPruner, veto 0.14",
         "alone": "bayes_grpo ForecastPruner alone (base=None", "patience1": "bayes_grpo ForecastPruner alone, patience 1",
         "from50": "bayes_grpo ForecastPruner alone, from 50%", "independent": "bayes_grpo ForecastPruner alone, forecast alone",
         "median": "Optuna MedianPruner (2 startup trials, 30% warm-up)",

@@ -115,6 +115,21 @@ def test_window_reward_noise_shrinks_with_the_window(model, bundled_run) -> None
         fc.window_reward([])
 
 
+def test_fewer_particles_and_a_coarser_grid_give_the_same_final_within_monte_carlo_noise(model, bundled_run) -> None:
+    """The precision knobs rank uses: the grid holds at most grid_points steps (and the last logged one), and the final
+    reward keeps its quantiles (the window interpolates between grid steps); values too small are refused."""
+    head = measures.cut(bundled_run, 0.4)
+    full = _quiet_forecast(model, head, seed=1)
+    coarse = _quiet_forecast(model, head, seed=2, n_draws=500, n_particles=1500, grid_points=60)
+    assert coarse.steps.size <= 61 and head.last_step in coarse.steps and coarse.draws.shape == (500, coarse.steps.size)
+    width = np.subtract(*full.final.interval(0.9)[::-1])
+    quantiles = [0.05, 0.5, 0.95]
+    np.testing.assert_allclose(np.quantile(coarse.final.samples, quantiles), np.quantile(full.final.samples, quantiles), atol=0.1 * width)
+    for name, value in (("n_particles", 99), ("grid_points", 1), ("n_draws", 1.5), ("n_draws", True)):
+        with pytest.raises(bg.ModelError, match=f"{name} must be a whole number"):
+            model.forecast(head, **{name: value})
+
+
 # ------------------------------------------------------------------ importance sampling
 
 

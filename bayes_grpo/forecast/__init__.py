@@ -92,6 +92,8 @@ def forecast(
     drift: float | None = None,
     seed: int = 0,
     calibrated: bool = True,
+    n_particles: int = N_PARTICLES,
+    grid_points: int = MAX_GRID_POINTS,
 ) -> Forecast:
     """Forecast a run (finished, in progress, or not yet started) up to ``total_steps``.
 
@@ -119,6 +121,11 @@ def forecast(
     calibrated : bool
         Apply the model's calibration layer (:mod:`bayes_grpo.recalibration`), learned on held-out
         real runs, when it has one (default); False gives the model's raw forecast.
+    n_particles : int
+        Importance-sampling particles per proposal (:func:`condition`): precision against speed.
+    grid_points : int
+        Most steps of the forecast grid (:attr:`Forecast.steps`; the last logged step is added): the
+        trajectories' resolution against speed. The final window's reward interpolates between grid steps.
 
     Returns
     -------
@@ -127,8 +134,9 @@ def forecast(
     Raises
     ------
     ModelError
-        When ``total_steps`` is unknown or smaller than the last logged step, or a run not yet
-        started lacks ``initial_reward``/``reward_range``.
+        When ``total_steps`` is unknown or smaller than the last logged step, a run not yet
+        started lacks ``initial_reward``/``reward_range``, or ``n_draws`` (at least 2), ``n_particles``
+        (at least 100) or ``grid_points`` (at least 2) is not a whole number that large.
 
     Warns
     -----
@@ -144,6 +152,9 @@ def forecast(
     >>> fc = forecast(bg.default_model(), run.head(100), total_steps=400)  # doctest: +SKIP
     >>> fc.final.interval(0.9), fc.pareto_k, fc.regimes["take_off_ahead"]  # doctest: +SKIP
     """
+    for name, value, least in (("n_draws", n_draws, 2), ("n_particles", n_particles, 100), ("grid_points", grid_points, 2)):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < least:
+            raise ModelError(f"{name} must be a whole number of at least {least}, got {value!r}")
     if run is None and (total_steps is None or initial_reward is None):
         raise ModelError("forecasting a run not yet started needs total_steps= and initial_reward= (and reward_range=)")
     prepared = prepare_run(
@@ -176,7 +187,7 @@ def forecast(
     with warnings.catch_warnings():
         if no_scale:  # its weights cannot be good, and the warning above already says the forecast shows no change
             warnings.filterwarnings("ignore", message=".*importance weights stay poor")
-        conditioned = condition(model, prepared, seed=seed)
+        conditioned = condition(model, prepared, n_particles=n_particles, seed=seed)
     config = model.model_config
     rng = np.random.default_rng(seed + 1)
     picks = _systematic_resample(np.exp(conditioned.log_weights), n_draws, rng)
@@ -186,7 +197,7 @@ def forecast(
 
     total = prepared.total_steps
     last = int(prepared.steps[-1]) if prepared.steps.size else 0
-    grid = _grid(last, total)
+    grid = _grid(last, total, grid_points)
     t_grid = grid / total
     curves = expected_reward(config, t_grid[None], {name: value[:, None] for name, value in p.items()})
     t_last = last / total
@@ -232,9 +243,9 @@ def forecast(
     )
 
 
-def _grid(last: int, total: int) -> np.ndarray:
-    """Forecast steps: every step up to ``total`` (thinned to at most MAX_GRID_POINTS), always including ``last``."""
-    grid = np.unique(np.linspace(1, total, min(total, MAX_GRID_POINTS)).round().astype(int))
+def _grid(last: int, total: int, points: int = MAX_GRID_POINTS) -> np.ndarray:
+    """Forecast steps: every step up to ``total`` (thinned to at most ``points``), always including ``last``."""
+    grid = np.unique(np.linspace(1, total, min(total, points)).round().astype(int))
     if last:
         grid = np.union1d(grid, [last])
     return grid.astype(float)
