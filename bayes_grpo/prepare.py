@@ -278,9 +278,9 @@ def saturated_outcome_ceiling(rewards: np.ndarray, reward_std: np.ndarray | None
         return None
     top = float(np.max(r))
     at_top = np.abs(r - top) <= LATTICE_TOLERANCE * top
-    if not np.any(at_top & (s <= NO_SIGNAL_SPREAD * top)) or np.unique(np.round(r / top, 6)).size < LATTICE_MIN_VALUES:
-        return None
     shares = r / top
+    if not np.any(at_top & (s <= NO_SIGNAL_SPREAD * top)) or np.unique(np.round(shares, 6)).size < LATTICE_MIN_VALUES:
+        return None
     on_grid = (np.max(np.abs(n * shares - np.round(n * shares))) <= LATTICE_TOLERANCE * n for n in range(1, LATTICE_MAX_COMPLETIONS + 1))
     if not any(on_grid):
         return None
