@@ -464,6 +464,11 @@ class RunPrior:
             - 0.5 * len(PARAMS) * np.log(2 * np.pi) - np.log(self.components.size)
         )  # fmt: skip
 
+    @property
+    def mixture_constants(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(coef, offset)``: the components' log densities at ``theta`` are ``offset + [theta**2, theta] @ coef``."""
+        return self._coef, self._offset
+
     def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
         """``size`` parameter vectors (rows) from the mixture over all posterior draws."""
         rows = rng.integers(0, self.mean.shape[0], size)

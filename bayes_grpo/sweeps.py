@@ -61,7 +61,7 @@ import pandas as pd
 from scipy.stats import norm
 
 from bayes_grpo.errors import ModelError, PlanError
-from bayes_grpo.forecast import Forecast, within_shared_ceiling
+from bayes_grpo.forecast import Forecast, forecast_many, within_shared_ceiling
 from bayes_grpo.logs import RunLog
 from bayes_grpo.logs.plan import planned_length
 from bayes_grpo.measures import final_reward, reward_spread
@@ -638,17 +638,16 @@ def sweep_bounds(rewards: Sequence[np.ndarray], reward_range: tuple[float, float
 
 
 def _forecast_runs(model: SweepModel, runs: Sequence[RunLog], options: dict[str, Any], seed: int, n_jobs: int | None) -> list[Forecast]:
-    """Every run's forecast, on ``n_jobs`` threads (joblib). The forecasts' warnings are gathered and given once
-    each from here: ``warnings`` filters are process-wide, so threads that change them would lose some."""
-    from joblib import Parallel, delayed
-
+    """Every run's forecast, made together (:func:`bayes_grpo.forecast.forecast_many`) on ``n_jobs`` threads. The
+    forecasts' warnings are gathered and given once each from here: ``warnings`` filters are process-wide, so threads
+    that change them would lose some."""
     jobs = n_jobs if n_jobs is not None else min(len(runs), os.cpu_count() or 1)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        forecasts = Parallel(n_jobs=max(1, jobs), prefer="threads")(delayed(model.forecast)(run, seed=_run_seed(seed, run.run_id), **options) for run in runs)
+        forecasts = forecast_many(model, runs, seeds=[_run_seed(seed, run.run_id) for run in runs], n_jobs=max(1, jobs), **options)
     for message, category in dict.fromkeys((str(w.message), w.category) for w in caught):
         warnings.warn(message, category, stacklevel=3)
-    return list(forecasts)
+    return forecasts
 
 
 def _finished_score(model: SweepModel, run: RunLog, fraction: float, total: int, options: dict[str, Any], seed: int) -> float:

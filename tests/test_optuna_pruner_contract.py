@@ -84,16 +84,21 @@ def test_a_complete_trial_sets_the_bar_with_its_measured_final_whatever_its_last
 
 @pytest.mark.parametrize("coupled", [True, False])
 def test_complete_trials_counted_from_step_0_inform_the_sweep(model: bg.FittedModel, storage: str | None, coupled: bool) -> None:
-    """Two finished late risers (steps 0..99) ended above their forecasts from 30%: as one sweep, a third one is not pruned there."""
+    """Two finished late risers (steps 0..99) ended above their forecasts from 30%: as one sweep, a third one is not pruned there.
+
+    Three third runs: as one sweep their chance of ending first is 0.44-0.56 (alone 0). The third run this test
+    once used sat at 0.034-0.051, at the 0.05 edge, whatever the mode search: the upper tail of the coupling's
+    score map is extrapolated from the forecast's outermost quantiles, which Monte Carlo noise moves."""
     coupling = None if coupled else FORECAST_ALONE
-    pruner = ForecastPruner(model, total_steps=TOTAL, min_fraction=0.3, check_interval=0.1, coupling=coupling, patience=1)
-    study = optuna.create_study(storage=storage, direction="maximize", pruner=pruner)
-    for seed in (0, 1):
-        _finished(study, _late_riser(seed))
-    trial = study.ask()
-    for step, reward in zip(STEPS[:31], _late_riser(2)):
-        trial.report(float(reward), int(step))
-    assert trial.should_prune() is (not coupled)
+    for third in (3, 4, 5):
+        pruner = ForecastPruner(model, total_steps=TOTAL, min_fraction=0.3, check_interval=0.1, coupling=coupling, patience=1)
+        study = optuna.create_study(storage=storage, direction="maximize", pruner=pruner)
+        for seed in (0, 1):
+            _finished(study, _late_riser(seed))
+        trial = study.ask()
+        for step, reward in zip(STEPS[:31], _late_riser(third)):
+            trial.report(float(reward), int(step))
+        assert trial.should_prune() is (not coupled), third
 
 
 # ------------------------------------------------------------------ 2. a crashed trial

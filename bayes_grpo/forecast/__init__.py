@@ -49,6 +49,7 @@ posterior weights of "take-off still ahead", "plateau" and "decline".
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -56,7 +57,7 @@ from bayes_grpo.curves import plateau_progress
 from bayes_grpo.errors import ModelError
 from bayes_grpo.forecast.conditioning import (
     DEFENSIVE_SHARE, MIN_ESS_FRACTION, MIN_ESS_WARN, N_PARTICLES, PARETO_K_MAX, PRIOR_COMPONENTS, WIDE_SCALE, WIDE_SHARE, Conditioning,
-    RobustPrior, _systematic_resample, condition,
+    RobustPrior, _systematic_resample, condition, condition_many, warn_if_poor,
 )  # fmt: skip
 from bayes_grpo.forecast.result import MATERIAL_NOISE, OUTSIDE_POPULATION_WARN, REGIMES, FinalReward, Forecast, within_shared_ceiling
 from bayes_grpo.forecast.trend import (
@@ -65,13 +66,13 @@ from bayes_grpo.forecast.trend import (
 )  # fmt: skip
 from bayes_grpo.logs import RunLog
 from bayes_grpo.population import PARAMS, PopulationPosterior, expected_reward, natural
-from bayes_grpo.prepare import LONG_PLAN_FACTOR, prepare_run
+from bayes_grpo.prepare import LONG_PLAN_FACTOR, PreparedRun, prepare_run
 
 __all__ = [
     "DEFENSIVE_SHARE", "MATERIAL_NOISE", "MAX_GRID_POINTS", "MIN_ESS_FRACTION", "MIN_ESS_WARN", "N_PARTICLES", "OUTSIDE_POPULATION_WARN",
     "PARETO_K_MAX", "PRIOR_COMPONENTS", "REGIMES", "TREND_CLEAR_SE", "TREND_HORIZON", "TREND_HORIZON_SD", "TREND_MIN_POINTS",
     "TREND_PRIOR", "TREND_PRIOR_SD", "TREND_WINDOW", "WIDE_SCALE", "WIDE_SHARE", "Conditioning", "FinalReward", "Forecast",
-    "RobustPrior", "condition", "forecast", "linear_trend", "trend_paths", "trend_weight", "within_shared_ceiling",
+    "RobustPrior", "condition", "condition_many", "forecast", "forecast_many", "linear_trend", "trend_paths", "trend_weight", "within_shared_ceiling",
 ]  # fmt: skip
 
 
@@ -152,9 +153,94 @@ def forecast(
     >>> fc = forecast(bg.default_model(), run.head(100), total_steps=400)  # doctest: +SKIP
     >>> fc.final.interval(0.9), fc.pareto_k, fc.regimes["take_off_ahead"]  # doctest: +SKIP
     """
+    _check_precision(n_draws, n_particles, grid_points)
+    prepared, no_scale = _prepared(model, run, total_steps, family, params_b, initial_reward, reward_range, source)
+    conditioned = condition_many(model, [prepared], n_particles=n_particles, seeds=[seed])[0]
+    if not no_scale:  # a run with no scale cannot have good weights, and its own warning says it shows no change
+        warn_if_poor(conditioned, prepared, n_particles)
+    return _forecast_conditioned(model, prepared, conditioned, n_draws, drift, seed, calibrated, grid_points)
+
+
+def forecast_many(
+    model: PopulationPosterior,
+    runs: Sequence[RunLog],
+    total_steps: int | None = None,
+    *,
+    seeds: Sequence[int],
+    family: str | None = None,
+    params_b: float | None = None,
+    n_draws: int = 1000,
+    calibrated: bool = True,
+    n_particles: int = N_PARTICLES,
+    grid_points: int = MAX_GRID_POINTS,
+    n_jobs: int = 1,
+) -> list[Forecast]:
+    """:func:`forecast` of several runs, each with its own seed: the forecasts of one call per run (to rounding), made faster together.
+
+    The runs' posterior modes are searched in one batched optimisation (:func:`condition_many`); the rest of each
+    forecast goes to ``n_jobs`` threads (joblib). :func:`bayes_grpo.sweeps.rank` forecasts a sweep's runs this way.
+
+    Parameters
+    ----------
+    model : PopulationPosterior
+        A fitted population.
+    runs : sequence of RunLog
+        The runs' logged steps so far.
+    total_steps, family, params_b : optional
+        Override every run's metadata, as in :func:`forecast`.
+    seeds : sequence of int
+        One seed per run (:func:`forecast`'s ``seed``).
+    n_draws, calibrated, n_particles, grid_points
+        As in :func:`forecast`.
+    n_jobs : int
+        Threads the per-run work goes to (the result does not depend on it).
+
+    Returns
+    -------
+    list of Forecast
+        In the order of ``runs``.
+
+    Raises
+    ------
+    ModelError
+        As :func:`forecast`, and when ``seeds`` does not give one seed per run.
+    """
+    from joblib import Parallel, delayed
+
+    _check_precision(n_draws, n_particles, grid_points)
+    if len(seeds) != len(runs):
+        raise ModelError(f"forecast_many needs one seed per run: got {len(seeds)} seeds for {len(runs)} runs")
+    prepared = [_prepared(model, run, total_steps, family, params_b, None, None, None, stacklevel=3) for run in runs]
+    conditioned = condition_many(model, [p for p, _ in prepared], n_particles=n_particles, seeds=seeds, n_jobs=n_jobs)
+    for (run_prepared, no_scale), run_conditioned in zip(prepared, conditioned):
+        if not no_scale:
+            warn_if_poor(run_conditioned, run_prepared, n_particles)
+    return list(
+        Parallel(n_jobs=max(1, n_jobs), prefer="threads")(
+            delayed(_forecast_conditioned)(model, p, c, n_draws, None, seed, calibrated, grid_points)
+            for (p, _), c, seed in zip(prepared, conditioned, seeds)
+        )
+    )
+
+
+def _check_precision(n_draws: int, n_particles: int, grid_points: int) -> None:
     for name, value, least in (("n_draws", n_draws, 2), ("n_particles", n_particles, 100), ("grid_points", grid_points, 2)):
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < least:
             raise ModelError(f"{name} must be a whole number of at least {least}, got {value!r}")
+
+
+def _prepared(
+    model: PopulationPosterior,
+    run: RunLog | None,
+    total_steps: int | None,
+    family: str | None,
+    params_b: float | None,
+    initial_reward: float | None,
+    reward_range: tuple[float, float] | None,
+    source: str | None,
+    stacklevel: int = 3,
+) -> tuple[PreparedRun, bool]:
+    """The run prepared for its forecast, and whether its log gives no scale (each with its warning)."""
     if run is None and (total_steps is None or initial_reward is None):
         raise ModelError("forecasting a run not yet started needs total_steps= and initial_reward= (and reward_range=)")
     prepared = prepare_run(
@@ -172,7 +258,7 @@ def forecast(
             f"run {prepared.run_id!r}: total_steps={prepared.total_steps} is more than {LONG_PLAN_FACTOR} times the last logged "
             f"step {int(prepared.steps[-1])}: the forecast extrapolates far beyond what the log shows; check the planned length",
             UserWarning,
-            stacklevel=2,
+            stacklevel=stacklevel,
         )
     no_scale = prepared.kind == "learned" and prepared.z.size >= 3 and np.ptp(prepared.z) == 0.0
     if no_scale:
@@ -182,12 +268,22 @@ def forecast(
             f"run {prepared.run_id!r}: the {prepared.z.size} {logged} logged so far are all equal, so they give the "
             f"forecast no {'reward ' if metric == 'reward' else ''}scale and it shows no change; pass reward_range=(min, max) for one",
             UserWarning,
-            stacklevel=2,
+            stacklevel=stacklevel,
         )
-    with warnings.catch_warnings():
-        if no_scale:  # its weights cannot be good, and the warning above already says the forecast shows no change
-            warnings.filterwarnings("ignore", message=".*importance weights stay poor")
-        conditioned = condition(model, prepared, n_particles=n_particles, seed=seed)
+    return prepared, no_scale
+
+
+def _forecast_conditioned(
+    model: PopulationPosterior,
+    prepared: PreparedRun,
+    conditioned: Conditioning,
+    n_draws: int,
+    drift: float | None,
+    seed: int,
+    calibrated: bool,
+    grid_points: int,
+) -> Forecast:
+    """The forecast of a run from its conditioned parameters: trajectory draws, the trend, the discrepancy and the layer."""
     config = model.model_config
     rng = np.random.default_rng(seed + 1)
     picks = _systematic_resample(np.exp(conditioned.log_weights), n_draws, rng)

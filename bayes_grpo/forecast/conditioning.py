@@ -10,7 +10,7 @@ Pareto-smoothed importance sampling (ArviZ).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,6 +21,7 @@ from scipy.special import gammaln
 from bayes_grpo.population import (
     PARAMS, PopulationPosterior, RunPrior, in_support, log_likelihood, logsumexp_rows,
 )  # fmt: skip
+from bayes_grpo.forecast.modes import RunDensity, StackedPosterior, laplace_modes
 from bayes_grpo.prepare import PreparedRun, bin_observations
 
 
@@ -139,9 +140,9 @@ def condition(
        when the weights stay spread out (ESS >= 25% of the particles), as they
        do for runs with few steps.
     2. ``"laplace"``: a multivariate t around the posterior mode (BFGS from the
-       best particles, finite-difference Hessian), mixed with the prior
-       (defensive importance sampling keeps a "not taken off yet" mode that has
-       mass), then refitted once to the weighted particles (moment matching).
+       two best particles, finite-difference Hessian: :mod:`bayes_grpo.forecast.modes`),
+       mixed with the prior (defensive importance sampling keeps a "not taken off yet"
+       mode that has mass), then refitted once to the weighted particles (moment matching).
     3. ``"mcmc"``: a short random-walk Metropolis run on the run's log posterior
        (:data:`MCMC_CHAINS` chains from the best particles so far, the step
        covariance adapted halfway) places a mixture of t kernels on the
@@ -169,16 +170,52 @@ def condition(
     Conditioning
         Particles, PSIS-smoothed log weights, ESS, k-hat and the proposal used.
     """
-    best = _best_attempt(model, prepared, n_particles, seed)
-    if best.pareto_k > PARETO_K_MAX or best.ess < MIN_ESS_WARN:
+    conditioned = condition_many(model, [prepared], n_particles=n_particles, seeds=[seed])[0]
+    warn_if_poor(conditioned, prepared, n_particles)
+    return conditioned
+
+
+def condition_many(
+    model: PopulationPosterior,
+    runs: Sequence[PreparedRun],
+    *,
+    n_particles: int = N_PARTICLES,
+    seeds: Sequence[int],
+    n_jobs: int = 1,
+) -> list[Conditioning]:
+    """:func:`condition` for several runs at once, each with its own seed: the particles of one call per run, to rounding.
+
+    The posterior modes the runs' Laplace proposals need are searched together (:func:`~bayes_grpo.forecast.modes.laplace_modes`:
+    one batched BFGS over every run), the per-run work goes to ``n_jobs`` threads (joblib). Nothing is warned:
+    :func:`warn_if_poor` says which weights stayed poor.
+    """
+    from joblib import Parallel, delayed
+
+    if len(seeds) != len(runs):
+        raise ValueError(f"condition_many needs one seed per run: {len(seeds)} seeds for {len(runs)} runs")
+    parallel = Parallel(n_jobs=max(1, n_jobs), prefer="threads")
+    states = [_RunConditioning(model, prepared, n_particles, seed) for prepared, seed in zip(runs, seeds)]
+    results: list[Conditioning | None] = list(parallel(delayed(state.from_prior)() for state in states))
+    pending = [i for i, result in enumerate(results) if result is None]
+    if pending:
+        posterior = StackedPosterior(model.model_config, [states[i].density() for i in pending])
+        modes, covs = laplace_modes(posterior, np.stack([states[i].starts for i in pending]), np.stack([states[i].fallback_cov for i in pending]))
+        finished = parallel(delayed(states[i].from_mode)(mode, cov) for i, mode, cov in zip(pending, modes, covs))
+        for i, result in zip(pending, finished):
+            results[i] = result
+    return [result for result in results if result is not None]
+
+
+def warn_if_poor(conditioned: Conditioning, prepared: PreparedRun, n_particles: int, stacklevel: int = 2) -> None:
+    """Warn when a run's best weights have k-hat above :data:`PARETO_K_MAX` or fewer than :data:`MIN_ESS_WARN` effective particles."""
+    if conditioned.pareto_k > PARETO_K_MAX or conditioned.ess < MIN_ESS_WARN:
         warnings.warn(
             f"forecast of run {prepared.run_id!r}: the importance weights stay poor after every proposal "
-            f"(ESS {best.ess:.0f} of {n_particles} particles, Pareto k-hat {best.pareto_k:.2f}, "
-            f"proposal {best.proposal!r}); its intervals may be too narrow",
+            f"(ESS {conditioned.ess:.0f} of {n_particles} particles, Pareto k-hat {conditioned.pareto_k:.2f}, "
+            f"proposal {conditioned.proposal!r}); its intervals may be too narrow",
             UserWarning,
-            stacklevel=3,
+            stacklevel=stacklevel + 1,
         )
-    return best
 
 
 class RobustPrior:
@@ -225,47 +262,62 @@ class RobustPrior:
         return np.exp(np.log(self.share) + self._wide_logpdf(theta) - self.logpdf(theta))
 
 
-def _best_attempt(model: PopulationPosterior, prepared: PreparedRun, n_particles: int, seed: int) -> Conditioning:
-    """The proposals of :func:`condition` in turn; the first reliable attempt, else the best one."""
-    rng = np.random.default_rng(seed)
-    config = model.model_config
-    prior = RobustPrior(RunPrior(_thinned(model, rng, PRIOR_COMPONENTS), prepared, rng, n_components=PRIOR_COMPONENTS), WIDE_SHARE, WIDE_SCALE)
-    t, z, counts = bin_observations(prepared.t, prepared.z, config.forecast_bins)
+class _RunConditioning:
+    """The proposals of :func:`condition` for one run, in two parts around the mode search that :func:`condition_many` batches."""
 
-    def measured(attempt: Conditioning) -> Conditioning:
-        return replace(attempt, outside_population=float(np.exp(attempt.log_weights) @ prior.wide_share(attempt.theta)))
+    def __init__(self, model: PopulationPosterior, prepared: PreparedRun, n_particles: int, seed: int):
+        self.rng = np.random.default_rng(seed)
+        self.config = model.model_config
+        self.prepared, self.n_particles = prepared, n_particles
+        self.prior = RobustPrior(RunPrior(_thinned(model, self.rng, PRIOR_COMPONENTS), prepared, self.rng, n_components=PRIOR_COMPONENTS), WIDE_SHARE, WIDE_SCALE)
+        self.t, self.z, self.counts = bin_observations(prepared.t, prepared.z, self.config.forecast_bins)
+        self.attempts: list[Conditioning] = []
 
-    def log_lik(theta: np.ndarray) -> np.ndarray:
+    def log_lik(self, theta: np.ndarray) -> np.ndarray:
         # A declared reward range bounds where the curve can start and end.
-        return np.where(in_support(config, theta, prepared.kind), log_likelihood(config, theta, t, z, counts), -np.inf)
+        return np.where(in_support(self.config, theta, self.prepared.kind), log_likelihood(self.config, theta, self.t, self.z, self.counts), -np.inf)
 
-    def log_post(theta: np.ndarray) -> np.ndarray:
-        return log_lik(theta) + prior.logpdf(theta)
+    def log_post(self, theta: np.ndarray) -> np.ndarray:
+        return self.log_lik(theta) + self.prior.logpdf(theta)
 
-    theta = prior.sample(rng, n_particles)
-    log_l = log_lik(theta)
-    attempts = [_smoothed(theta, log_l, "prior")]
-    if attempts[0].reliable and attempts[0].ess >= 0.25 * n_particles:
-        return measured(attempts[0])
+    def measured(self, attempt: Conditioning) -> Conditioning:
+        return replace(attempt, outside_population=float(np.exp(attempt.log_weights) @ self.prior.wide_share(attempt.theta)))
 
-    fallback = _weighted_cov(theta, attempts[0].log_weights) + np.diag(np.full(len(PARAMS), 1e-4))
-    mode, cov = _laplace(log_post, theta[np.argsort(log_l)[-2:]], fallback)
-    for _ in range(2):
-        n_local = int((1 - DEFENSIVE_SHARE) * n_particles)
-        theta = np.vstack([_mvt_sample(rng, mode, cov, n_local), prior.sample(rng, n_particles - n_local)])
-        log_prior = prior.logpdf(theta)
-        log_q = np.logaddexp(np.log1p(-DEFENSIVE_SHARE) + _mvt_logpdf(theta, mode, cov), np.log(DEFENSIVE_SHARE) + log_prior)
-        attempts.append(_smoothed(theta, log_prior + log_lik(theta) - log_q, "laplace"))
-        if attempts[-1].reliable:
-            return measured(attempts[-1])
-        mode = np.exp(attempts[-1].log_weights) @ theta
-        cov = _weighted_cov(theta, attempts[-1].log_weights) * 1.5 + np.diag(np.full(len(PARAMS), 1e-8))
+    def from_prior(self) -> Conditioning | None:
+        """Step 1: the prior's particles; None when they are not enough, with the mode search's starts and fallback covariance set."""
+        theta = self.prior.sample(self.rng, self.n_particles)
+        log_l = self.log_lik(theta)
+        self.attempts = [_smoothed(theta, log_l, "prior")]
+        if self.attempts[0].reliable and self.attempts[0].ess >= 0.25 * self.n_particles:
+            return self.measured(self.attempts[0])
+        self.fallback_cov = _weighted_cov(theta, self.attempts[0].log_weights) + np.diag(np.full(len(PARAMS), 1e-4))
+        self.starts = theta[np.argsort(log_l)[-2:]]
+        return None
 
-    for _ in range(MCMC_ROUNDS):
-        attempts.append(_mcmc_mixture(rng, prior, log_lik, log_post, max(attempts, key=_quality), n_particles))
-        if attempts[-1].reliable:
-            return measured(attempts[-1])
-    return measured(max(attempts, key=_quality))
+    def density(self) -> RunDensity:
+        """The run's log posterior in the form the batched mode search stacks."""
+        coef, offset = self.prior.population.mixture_constants
+        return RunDensity(self.t, self.z, self.counts, self.prepared.kind == "range", coef, offset, self.prior.wide_mean, self.prior.wide_sd, self.prior.share)
+
+    def from_mode(self, mode: np.ndarray, cov: np.ndarray) -> Conditioning:
+        """Steps 2 and 3, from the posterior mode and Laplace covariance; the first reliable attempt, else the best one."""
+        rng, prior, n_particles, attempts = self.rng, self.prior, self.n_particles, self.attempts
+        for _ in range(2):
+            n_local = int((1 - DEFENSIVE_SHARE) * n_particles)
+            theta = np.vstack([_mvt_sample(rng, mode, cov, n_local), prior.sample(rng, n_particles - n_local)])
+            log_prior = prior.logpdf(theta)
+            log_q = np.logaddexp(np.log1p(-DEFENSIVE_SHARE) + _mvt_logpdf(theta, mode, cov), np.log(DEFENSIVE_SHARE) + log_prior)
+            attempts.append(_smoothed(theta, log_prior + self.log_lik(theta) - log_q, "laplace"))
+            if attempts[-1].reliable:
+                return self.measured(attempts[-1])
+            mode = np.exp(attempts[-1].log_weights) @ theta
+            cov = _weighted_cov(theta, attempts[-1].log_weights) * 1.5 + np.diag(np.full(len(PARAMS), 1e-8))
+
+        for _ in range(MCMC_ROUNDS):
+            attempts.append(_mcmc_mixture(rng, prior, self.log_lik, self.log_post, max(attempts, key=_quality), n_particles))
+            if attempts[-1].reliable:
+                return self.measured(attempts[-1])
+        return self.measured(max(attempts, key=_quality))
 
 
 def _quality(attempt: Conditioning) -> tuple[bool, float, float]:
@@ -313,65 +365,6 @@ def _mcmc_mixture(
 
 
 _T_DF = 5.0
-#: Steps of the Laplace proposal's finite-difference Hessian, tried in turn until all its points are finite.
-HESSIAN_STEPS = (1e-3, 1e-4, 1e-5, 1e-6)
-
-
-def _laplace(log_post: Any, starts: np.ndarray, fallback_cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Mode of ``log_post`` (vectorised over rows) and a positive-definite inverse-Hessian covariance.
-
-    Where the Hessian cannot be taken even with the smallest of :data:`HESSIAN_STEPS` (the mode
-    sits on a boundary of the support, e.g. a declared reward range), ``fallback_cov`` is used instead.
-    """
-    from scipy.optimize import minimize
-
-    dim, h = starts.shape[1], 1e-5
-    steps = np.vstack([np.zeros(dim), np.eye(dim) * h, -np.eye(dim) * h])
-
-    def objective(x: np.ndarray) -> tuple[float, np.ndarray]:
-        # Value and central-difference gradient from one vectorised evaluation. A forward difference's
-        # error (h times the curvature) exceeds gtol on a sharp posterior (a long log): BFGS then spent
-        # over half its calls in line searches that could not make the gradient smaller.
-        values = log_post(x[None] + steps)
-        if not np.all(np.isfinite(values)):
-            return 1e300, np.zeros(dim)
-        return -values[0], -(values[1 : dim + 1] - values[dim + 1 :]) / (2 * h)
-
-    best = min((minimize(objective, x0, jac=True, method="BFGS", options={"gtol": 1e-2, "maxiter": 40}) for x0 in starts), key=lambda r: r.fun)
-    mode = best.x
-    # A mode on (or within a step of) a boundary of the support has -inf neighbours: the Hessian is retaken
-    # with steps ten times smaller until every point is inside (a run whose curve, extrapolated, would leave
-    # its declared range sits there; the prior-particle covariance instead sent every proposal astray).
-    for h in HESSIAN_STEPS:
-        precision = _precision_at(log_post, mode, h)
-        if np.all(np.isfinite(precision)):
-            break
-    else:
-        return mode, fallback_cov
-    eigval, eigvec = np.linalg.eigh(precision)
-    eigval = np.clip(eigval, 1e-2, 1e8)
-    cov = (eigvec / eigval) @ eigvec.T
-    return mode, cov * 1.5
-
-
-def _precision_at(log_post: Any, mode: np.ndarray, h: float) -> np.ndarray:
-    """Minus the central-difference Hessian of ``log_post`` at ``mode`` with step ``h``, symmetrised (one vectorised call)."""
-    dim = mode.size
-    eye = np.eye(dim) * h
-    points = [mode]
-    for i in range(dim):
-        for j in range(dim):
-            points += [mode + eye[i] + eye[j], mode + eye[i] - eye[j], mode - eye[i] + eye[j], mode - eye[i] - eye[j]]
-    with np.errstate(invalid="ignore"):  # -inf on a support boundary: the caller falls back
-        values = log_post(np.array(points))
-        hessian = np.empty((dim, dim))
-        k = 1
-        for i in range(dim):
-            for j in range(dim):
-                pp, pm_, mp, mm = values[k : k + 4]
-                hessian[i, j] = (pp - pm_ - mp + mm) / (4 * h * h)
-                k += 4
-    return -(hessian + hessian.T) / 2
 
 
 def _mvt_sample(rng: np.random.Generator, mode: np.ndarray, cov: np.ndarray, size: int) -> np.ndarray:
