@@ -595,8 +595,7 @@ def rank(
     going = sorted((i for i in range(len(runs)) if not finished[i]), key=lambda i: runs[i].run_id)  # by id: any order of the runs gives one ranking
     fraction = float(np.median([runs[i].last_step / total for i in going])) if going else 1.0
     done = sorted((run for run, is_done in zip(runs, finished) if is_done), key=lambda run: run.run_id)
-    scores = np.array([_finished_score(model, run, fraction, total, options, seed) for run in done if going])
-    scores = scores[np.isfinite(scores)]
+    scores = _finished_scores(model, done if going else [], fraction, total, options, seed, n_jobs)
     rng = np.random.default_rng([seed, len(runs)])
     ranges = {run.reward_range for run in runs}
     low, high = sweep_bounds([run.rewards for run in runs], ranges.pop() if len(ranges) == 1 else None)
@@ -638,9 +637,8 @@ def sweep_bounds(rewards: Sequence[np.ndarray], reward_range: tuple[float, float
 
 
 def _forecast_runs(model: SweepModel, runs: Sequence[RunLog], options: dict[str, Any], seed: int, n_jobs: int | None) -> list[Forecast]:
-    """Every run's forecast, made together (:func:`bayes_grpo.forecast.forecast_many`) on ``n_jobs`` threads. The
-    forecasts' warnings are gathered and given once each from here: ``warnings`` filters are process-wide, so threads
-    that change them would lose some."""
+    """Every run's forecast, made together (:func:`bayes_grpo.forecast.forecast_many`) on ``n_jobs`` threads; their warnings
+    are gathered and given once each from here (``warnings`` filters are process-wide: threads that change them lose some)."""
     jobs = n_jobs if n_jobs is not None else min(len(runs), os.cpu_count() or 1)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -650,16 +648,19 @@ def _forecast_runs(model: SweepModel, runs: Sequence[RunLog], options: dict[str,
     return forecasts
 
 
-def _finished_score(model: SweepModel, run: RunLog, fraction: float, total: int, options: dict[str, Any], seed: int) -> float:
-    """A finished run's measured final as a normal score in its forecast from ``fraction`` of the plan (NaN when
-    it logged too little by then to be forecast)."""
+def _finished_scores(model: SweepModel, done: Sequence[RunLog], fraction: float, total: int, options: dict[str, Any], seed: int, n_jobs: int | None) -> np.ndarray:
+    """The finished runs' measured finals as normal scores in their forecasts from ``fraction`` of the plan, made
+    together (:func:`bayes_grpo.forecast.forecast_many`); a run that logged too little by then to be forecast is left out."""
     cut = int(round(fraction * total))
-    if np.sum(run.steps <= cut) < MIN_CUT_POINTS:
-        return float("nan")
+    if not (heads := [run.head(cut) for run in done if np.sum(run.steps <= cut) >= MIN_CUT_POINTS]):
+        return np.array([])
+    jobs = n_jobs if n_jobs is not None else min(len(heads), os.cpu_count() or 1)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the cut forecast's own caveats are not the ranking's
-        fc = model.forecast(run.head(cut), seed=_run_seed(seed + 1, run.run_id), **options)
-    return ScoreMap.from_draws(fc.final.samples).score(final_reward(run.rewards))
+        warnings.simplefilter("ignore")  # the cut forecasts' own caveats are not the ranking's
+        forecasts = forecast_many(model, heads, seeds=[_run_seed(seed + 1, run.run_id) for run in heads], n_jobs=max(1, jobs), **options)
+    finals = {run.run_id: final_reward(run.rewards) for run in done}
+    scores = np.array([ScoreMap.from_draws(fc.final.samples).score(finals[fc.run_id]) for fc in forecasts])
+    return scores[np.isfinite(scores)]
 
 
 def _nearest_draws(samples: np.ndarray, z: np.ndarray) -> np.ndarray:
