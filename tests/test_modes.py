@@ -129,5 +129,7 @@ def test_condition_of_one_run_is_its_share_of_conditioning_many(model) -> None:
         warnings.simplefilter("ignore")
         alone = condition(model, prepared, n_particles=800, seed=4)
     together = condition_many(model, [prepare_run(run) for run in _runs(3, seed=3)], n_particles=800, seeds=[9, 4, 5])[1]
+    with pytest.raises(bg.ModelError, match="one seed per run"):
+        condition_many(model, [prepared], seeds=[1, 2])
     np.testing.assert_allclose(alone.theta, together.theta, rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(alone.log_weights, together.log_weights, rtol=1e-6, atol=1e-9)

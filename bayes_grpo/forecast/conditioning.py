@@ -18,10 +18,11 @@ import arviz as az
 import numpy as np
 from scipy.special import gammaln
 
+from bayes_grpo.errors import ModelError
+from bayes_grpo.forecast.modes import RunDensity, StackedPosterior, laplace_modes
 from bayes_grpo.population import (
     PARAMS, PopulationPosterior, RunPrior, in_support, log_likelihood, logsumexp_rows,
 )  # fmt: skip
-from bayes_grpo.forecast.modes import RunDensity, StackedPosterior, laplace_modes
 from bayes_grpo.prepare import PreparedRun, bin_observations
 
 
@@ -192,7 +193,7 @@ def condition_many(
     from joblib import Parallel, delayed
 
     if len(seeds) != len(runs):
-        raise ValueError(f"condition_many needs one seed per run: {len(seeds)} seeds for {len(runs)} runs")
+        raise ModelError(f"condition_many needs one seed per run: got {len(seeds)} seeds for {len(runs)} runs")
     parallel = Parallel(n_jobs=max(1, n_jobs), prefer="threads")
     states = [_RunConditioning(model, prepared, n_particles, seed) for prepared, seed in zip(runs, seeds)]
     results: list[Conditioning | None] = list(parallel(delayed(state.from_prior)() for state in states))

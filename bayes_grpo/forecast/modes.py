@@ -25,8 +25,10 @@ GRADIENT_STEP = 1e-5
 GRADIENT_TOLERANCE, MAX_ITERATIONS = 1e-2, 40
 #: Steps of the finite-difference Hessian, tried in turn until all its points are finite.
 HESSIAN_STEPS = (1e-3, 1e-4, 1e-5, 1e-6)
-#: Armijo's sufficient-decrease constant, and how many times a step is halved before a start is given up.
-_ARMIJO, _MAX_HALVINGS = 1e-4, 30
+#: Armijo's sufficient-decrease constant, and how many times a step is shortened before a start is given up.
+_ARMIJO, _MAX_BACKTRACKS = 1e-4, 30
+#: Step of the second differences that start each inverse Hessian (:func:`laplace_modes`).
+CURVATURE_STEP = 1e-3
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,7 @@ def batched_bfgs(
         step = np.where(first[problems] | uphill, 1.0 / np.maximum(np.linalg.norm(direction, axis=1), 1e-12), 1.0)
         new_x, new_value, new_gradient = x[problems].copy(), value[problems].copy(), gradient[problems].copy()
         pending = np.ones(problems.size, bool)
-        for _ in range(_MAX_HALVINGS):
+        for _ in range(_MAX_BACKTRACKS):
             trying = np.flatnonzero(pending)
             trial = x[problems[trying]] + step[trying, None] * direction[trying]
             trial_value, trial_gradient = value_and_gradient(trial, problems[trying])
@@ -204,7 +206,7 @@ def laplace_modes(posterior: StackedPosterior, starts: np.ndarray, fallback_cov:
     # The inverse Hessians start diagonal, from the curvature along each parameter at the start (the second differences
     # of one stencil): a sharp posterior's scale differs by orders of magnitude between parameters and runs.
     x0 = starts.reshape(-1, dim)
-    step = np.array([1e-3])
+    step = np.array([CURVATURE_STEP])
     with np.errstate(invalid="ignore"):
         around = posterior(x0[:, None, :] + stencil / GRADIENT_STEP * step, owner_of)
         curvature = -(around[:, 1 : dim + 1] + around[:, dim + 1 :] - 2 * around[:, :1]) / step**2
