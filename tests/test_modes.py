@@ -133,3 +133,16 @@ def test_condition_of_one_run_is_its_share_of_conditioning_many(model) -> None:
         condition_many(model, [prepared], seeds=[1, 2])
     np.testing.assert_allclose(alone.theta, together.theta, rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(alone.log_weights, together.log_weights, rtol=1e-6, atol=1e-9)
+
+
+def test_conditioning_many_stays_in_threads_under_a_process_backend(model) -> None:
+    """A joblib process backend in force (a CV fold on Dask or loky) does not take the per-run work away from the
+    states it fills in place: the same particles as without it."""
+    from joblib import parallel_config
+
+    runs = [prepare_run(run) for run in _runs(3, seed=4)]
+    plain = condition_many(model, runs, n_particles=500, seeds=[1, 2, 3], n_jobs=2)
+    with parallel_config(backend="loky", n_jobs=2):
+        under_processes = condition_many(model, runs, n_particles=500, seeds=[1, 2, 3], n_jobs=2)
+    for a, b in zip(plain, under_processes):
+        np.testing.assert_array_equal(a.theta, b.theta)

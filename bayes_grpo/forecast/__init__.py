@@ -216,7 +216,7 @@ def forecast_many(
         if not no_scale:
             warn_if_poor(run_conditioned, run_prepared, n_particles)
     return list(
-        Parallel(n_jobs=max(1, n_jobs), prefer="threads")(
+        Parallel(n_jobs=max(1, n_jobs), require="sharedmem")(
             delayed(_forecast_conditioned)(model, p, c, n_draws, None, seed, calibrated, grid_points)
             for (p, _), c, seed in zip(prepared, conditioned, seeds)
         )

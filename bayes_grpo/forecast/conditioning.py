@@ -194,7 +194,7 @@ def condition_many(
 
     if len(seeds) != len(runs):
         raise ModelError(f"condition_many needs one seed per run: got {len(seeds)} seeds for {len(runs)} runs")
-    parallel = Parallel(n_jobs=max(1, n_jobs), prefer="threads")
+    parallel = Parallel(n_jobs=max(1, n_jobs), require="sharedmem")  # threads: the runs' states are filled in place
     states = [_RunConditioning(model, prepared, n_particles, seed) for prepared, seed in zip(runs, seeds)]
     results: list[Conditioning | None] = list(parallel(delayed(state.from_prior)() for state in states))
     pending = [i for i, result in enumerate(results) if result is None]
