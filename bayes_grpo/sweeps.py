@@ -639,10 +639,9 @@ def sweep_bounds(rewards: Sequence[np.ndarray], reward_range: tuple[float, float
 def _forecast_runs(model: SweepModel, runs: Sequence[RunLog], options: dict[str, Any], seed: int, n_jobs: int | None) -> list[Forecast]:
     """Every run's forecast, made together (:func:`bayes_grpo.forecast.forecast_many`) on ``n_jobs`` threads; their warnings
     are gathered and given once each from here (``warnings`` filters are process-wide: threads that change them lose some)."""
-    jobs = n_jobs if n_jobs is not None else min(len(runs), os.cpu_count() or 1)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        forecasts = forecast_many(model, runs, seeds=[_run_seed(seed, run.run_id) for run in runs], n_jobs=max(1, jobs), **options)
+        forecasts = forecast_many(model, runs, seeds=[_run_seed(seed, run.run_id) for run in runs], n_jobs=n_jobs, **options)
     for message, category in dict.fromkeys((str(w.message), w.category) for w in caught):
         warnings.warn(message, category, stacklevel=3)
     return forecasts
@@ -654,10 +653,9 @@ def _finished_scores(model: SweepModel, done: Sequence[RunLog], fraction: float,
     cut = int(round(fraction * total))
     if not (heads := [run.head(cut) for run in done if np.sum(run.steps <= cut) >= MIN_CUT_POINTS]):
         return np.array([])
-    jobs = n_jobs if n_jobs is not None else min(len(heads), os.cpu_count() or 1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the cut forecasts' own caveats are not the ranking's
-        forecasts = forecast_many(model, heads, seeds=[_run_seed(seed + 1, run.run_id) for run in heads], n_jobs=max(1, jobs), **options)
+        forecasts = forecast_many(model, heads, seeds=[_run_seed(seed + 1, run.run_id) for run in heads], n_jobs=n_jobs, **options)
     finals = {run.run_id: final_reward(run.rewards) for run in done}
     scores = np.array([ScoreMap.from_draws(fc.final.samples).score(finals[fc.run_id]) for fc in forecasts])
     return scores[np.isfinite(scores)]

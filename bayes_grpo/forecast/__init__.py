@@ -48,6 +48,7 @@ posterior weights of "take-off still ahead", "plateau" and "decline".
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Sequence
 
@@ -173,7 +174,7 @@ def forecast_many(
     calibrated: bool = True,
     n_particles: int = N_PARTICLES,
     grid_points: int = MAX_GRID_POINTS,
-    n_jobs: int = 1,
+    n_jobs: int | None = None,
 ) -> list[Forecast]:
     """:func:`forecast` of several runs, each with its own seed: the forecasts of one call per run (to rounding), made faster together.
 
@@ -192,8 +193,8 @@ def forecast_many(
         One seed per run (:func:`forecast`'s ``seed``).
     n_draws, calibrated, n_particles, grid_points
         As in :func:`forecast`.
-    n_jobs : int
-        Threads the per-run work goes to (the result does not depend on it).
+    n_jobs : int, optional
+        Threads the per-run work goes to (the result does not depend on it); default one per CPU core, at most one per run.
 
     Returns
     -------
@@ -210,13 +211,14 @@ def forecast_many(
     _check_precision(n_draws, n_particles, grid_points)
     if len(seeds) != len(runs):
         raise ModelError(f"forecast_many needs one seed per run: got {len(seeds)} seeds for {len(runs)} runs")
+    n_jobs = max(1, min(len(runs), os.cpu_count() or 1) if n_jobs is None else n_jobs)
     prepared = [_prepared(model, run, total_steps, family, params_b, None, None, None, stacklevel=3) for run in runs]
     conditioned = condition_many(model, [p for p, _ in prepared], n_particles=n_particles, seeds=seeds, n_jobs=n_jobs)
     for (run_prepared, no_scale), run_conditioned in zip(prepared, conditioned):
         if not no_scale:
             warn_if_poor(run_conditioned, run_prepared, n_particles)
     return list(
-        Parallel(n_jobs=max(1, n_jobs), require="sharedmem")(
+        Parallel(n_jobs=n_jobs, require="sharedmem")(
             delayed(_forecast_conditioned)(model, p, c, n_draws, None, seed, calibrated, grid_points)
             for (p, _), c, seed in zip(prepared, conditioned, seeds)
         )

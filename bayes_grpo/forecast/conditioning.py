@@ -196,15 +196,14 @@ def condition_many(
         raise ModelError(f"condition_many needs one seed per run: got {len(seeds)} seeds for {len(runs)} runs")
     parallel = Parallel(n_jobs=max(1, n_jobs), require="sharedmem")  # threads: the runs' states are filled in place
     states = [_RunConditioning(model, prepared, n_particles, seed) for prepared, seed in zip(runs, seeds)]
-    results: list[Conditioning | None] = list(parallel(delayed(state.from_prior)() for state in states))
-    pending = [i for i, result in enumerate(results) if result is None]
+    from_prior: list[Conditioning | None] = list(parallel(delayed(state.from_prior)() for state in states))
+    pending = [i for i, result in enumerate(from_prior) if result is None]
+    from_mode: dict[int, Conditioning] = {}
     if pending:
         posterior = StackedPosterior(model.model_config, [states[i].density() for i in pending])
         modes, covs = laplace_modes(posterior, np.stack([states[i].starts for i in pending]), np.stack([states[i].fallback_cov for i in pending]))
-        finished = parallel(delayed(states[i].from_mode)(mode, cov) for i, mode, cov in zip(pending, modes, covs))
-        for i, result in zip(pending, finished):
-            results[i] = result
-    return [result for result in results if result is not None]
+        from_mode = dict(zip(pending, parallel(delayed(states[i].from_mode)(mode, cov) for i, mode, cov in zip(pending, modes, covs))))
+    return [from_mode[i] if result is None else result for i, result in enumerate(from_prior)]
 
 
 def warn_if_poor(conditioned: Conditioning, prepared: PreparedRun, n_particles: int, stacklevel: int = 2) -> None:

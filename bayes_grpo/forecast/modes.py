@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bayes_grpo.config import ModelConfig
-from bayes_grpo.population import PARAMS, in_support, logsumexp_rows, natural, observation, student_t_logpdf
+from bayes_grpo.population import PARAMS, in_support, logsumexp_rows, natural, normal_logpdf, observation, student_t_logpdf
 
 #: Step of the central-difference gradient the mode search follows.
 GRADIENT_STEP = 1e-5
@@ -96,8 +96,7 @@ class StackedPosterior:
             inside = in_support(config, theta.reshape(-1, theta.shape[-1]), "range").reshape(theta.shape[:2])
             log_lik = np.where(bounded[:, None] & ~inside, -np.inf, log_lik)
         population = logsumexp_rows(self.offset[owner][:, None, :] + np.matmul(np.concatenate([theta**2, theta], axis=-1), self.coef[owner]))
-        scaled = (theta - self.wide_mean[owner][:, None, :]) / self.wide_sd[owner][:, None, :]
-        wide = -0.5 * np.sum(scaled**2, axis=-1) - np.sum(np.log(self.wide_sd[owner]), axis=-1)[:, None] - 0.5 * len(PARAMS) * np.log(2 * np.pi)
+        wide = normal_logpdf(theta, self.wide_mean[owner][:, None, :], self.wide_sd[owner][:, None, :])
         shares = self.log_shares[owner]
         return log_lik + np.logaddexp(shares[:, :1] + population, shares[:, 1:] + wide)
 
@@ -193,7 +192,8 @@ def laplace_modes(posterior: StackedPosterior, starts: np.ndarray, fallback_cov:
     """
     n_runs, per_run, dim = starts.shape
     owner_of = np.repeat(np.arange(n_runs), per_run)
-    stencil = np.vstack([np.zeros(dim), np.eye(dim) * GRADIENT_STEP, -np.eye(dim) * GRADIENT_STEP])
+    directions = np.vstack([np.zeros(dim), np.eye(dim), -np.eye(dim)])  # the centre, then +/- each parameter
+    stencil = directions * GRADIENT_STEP
 
     def value_and_gradient(x: np.ndarray, problems: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # Value and central-difference gradient from one evaluation. A forward difference's error (h times the
@@ -206,10 +206,9 @@ def laplace_modes(posterior: StackedPosterior, starts: np.ndarray, fallback_cov:
     # The inverse Hessians start diagonal, from the curvature along each parameter at the start (the second differences
     # of one stencil): a sharp posterior's scale differs by orders of magnitude between parameters and runs.
     x0 = starts.reshape(-1, dim)
-    step = np.array([CURVATURE_STEP])
     with np.errstate(invalid="ignore"):
-        around = posterior(x0[:, None, :] + stencil / GRADIENT_STEP * step, owner_of)
-        curvature = -(around[:, 1 : dim + 1] + around[:, dim + 1 :] - 2 * around[:, :1]) / step**2
+        around = posterior(x0[:, None, :] + directions * CURVATURE_STEP, owner_of)
+        curvature = -(around[:, 1 : dim + 1] + around[:, dim + 1 :] - 2 * around[:, :1]) / CURVATURE_STEP**2
     usable = np.isfinite(curvature) & (curvature > 1e-6)
     scale = np.where(usable, 1.0 / np.where(usable, curvature, 1.0), 1.0)
     x, value = batched_bfgs(value_and_gradient, x0, scale[:, :, None] * np.eye(dim))
