@@ -1063,7 +1063,7 @@ def health_table(scores: pd.DataFrame, by: Sequence[str] = ("fraction",)) -> pd.
     pandas.DataFrame
         ``forecasts``; ``ess_p10`` and ``ess_median``; ``pareto_k_median``, ``pareto_k_p90`` and
         ``pareto_k_above_0.7``; the share of forecasts from each proposal (``from_prior``,
-        ``from_laplace``, ``from_mcmc``); and the mean regime weights (``p_take_off_ahead``,
+        ``from_laplace``, ``from_particles``, ``from_mcmc``); and the mean regime weights (``p_take_off_ahead``,
         ``p_plateau``, ``p_decline``).
 
     Example
@@ -1081,7 +1081,7 @@ def health_table(scores: pd.DataFrame, by: Sequence[str] = ("fraction",)) -> pd.
             "pareto_k_above_0.7": grouped["pareto_k"].apply(lambda k: float(np.mean(k > PARETO_K_MAX))),
         }
     )
-    for proposal in ("prior", "laplace", "mcmc"):
+    for proposal in ("prior", "laplace", "particles", "mcmc"):
         table[f"from_{proposal}"] = grouped["proposal"].apply(lambda p, name=proposal: float(np.mean(p == name)))
     for column in ("p_take_off_ahead", "p_plateau", "p_decline"):
         table[column] = grouped[column].mean()

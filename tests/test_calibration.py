@@ -182,7 +182,7 @@ def test_summaries_by_fraction_set_and_hardest_third(quick_model, few_runs) -> N
     assert table["pareto_k_above_0.7"].between(0, 1).all() and (table["ess_median"] > 0).all()
     health = calibration.health_table(scores)
     assert list(health["forecasts"]) == list(table["runs"]) and (health["ess_p10"] <= health["ess_median"]).all()
-    assert np.allclose(health[["from_prior", "from_laplace", "from_mcmc"]].sum(axis=1), 1.0)
+    assert np.allclose(health[["from_prior", "from_laplace", "from_particles", "from_mcmc"]].sum(axis=1), 1.0)
     assert np.allclose(health[["p_take_off_ahead", "p_plateau", "p_decline"]].sum(axis=1), 1.0)
     hard = calibration.hardest(scores)
     assert 0 < len(hard) < len(scores)

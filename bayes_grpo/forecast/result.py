@@ -130,7 +130,7 @@ class Forecast:
         Pareto k-hat of those weights (:func:`arviz.psislw`): above 0.7 they are unreliable
         (:func:`condition` then tried better proposals, and warned if none helped).
     proposal : str
-        The proposal the weights came from: ``"prior"``, ``"laplace"`` or ``"mcmc"`` (see :func:`condition`).
+        The proposal the weights came from: ``"prior"``, ``"laplace"``, ``"particles"`` or ``"mcmc"`` (see :func:`condition`).
     noise_floor : float
         The model's per-step noise floor (normalised units).
     trend_weight : float
