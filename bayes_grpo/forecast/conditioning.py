@@ -48,7 +48,8 @@ DEFENSIVE_SHARE = 0.2
 MCMC_CHAINS, MCMC_STEPS, MCMC_ROUNDS = 400, 30, 3
 #: Rounds of kernels on the weighted particles (each on the best particles so far) tried before the Metropolis run.
 PARTICLE_ROUNDS = 2
-#: Kernels of the fallback mixture, and their width relative to the chains' spread.
+#: Kernels of the fallback mixtures (on the weighted particles, on the Metropolis chains), and their width
+#: relative to the spread of the particles or chains.
 MIXTURE_KERNELS, KERNEL_BANDWIDTH = 64, 0.6
 
 
@@ -392,7 +393,7 @@ def _kernel_mixture(
     """Importance-sample from an equal-weight mixture of t kernels (one per row of ``centres``), mixed with the prior."""
     dim = centres.shape[1]
     n_local = int((1 - DEFENSIVE_SHARE) * n_particles)
-    local = centres[rng.integers(0, MIXTURE_KERNELS, n_local)] + _mvt_sample(rng, np.zeros(dim), kernel_cov, n_local)
+    local = centres[rng.integers(0, centres.shape[0], n_local)] + _mvt_sample(rng, np.zeros(dim), kernel_cov, n_local)
     theta = np.vstack([local, prior.sample(rng, n_particles - n_local)])
     log_prior = prior.logpdf(theta)
     log_q = np.logaddexp(np.log1p(-DEFENSIVE_SHARE) + _mvt_mixture_logpdf(theta, centres, kernel_cov), np.log(DEFENSIVE_SHARE) + log_prior)
