@@ -81,16 +81,24 @@ class StackedPosterior:
         self.offset = np.stack([run.mixture_offset for run in runs])
         self.wide_mean = np.stack([run.wide_mean for run in runs])
         self.wide_sd = np.stack([run.wide_sd for run in runs])
-        self.log_shares = np.log([[1.0 - run.wide_share, run.wide_share] for run in runs])
+        with np.errstate(divide="ignore"):  # a prior without its wide component: log 0 = -inf, as meant
+            self.log_shares = np.log([[1.0 - run.wide_share, run.wide_share] for run in runs])
 
     def __call__(self, theta: np.ndarray, owner: np.ndarray) -> np.ndarray:
-        """Log posterior (up to a constant per run) of ``theta`` (problems, points, params); ``owner``: each problem's run."""
+        """Log posterior (up to a constant per run) of ``theta`` (problems, points, params); ``owner``: each problem's run.
+
+        A point so far out that its curve overflows gets a non-finite value, without a warning: the mode search
+        counts it as a failed step.
+        """
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            return self._log_posterior(theta, owner)
+
+    def _log_posterior(self, theta: np.ndarray, owner: np.ndarray) -> np.ndarray:
         config = self.config
         params = natural({name: theta[..., j : j + 1] for j, name in enumerate(PARAMS)}, config)
         root = self.root[owner][:, None, :]
         mu, noise = observation(config, self.t[owner][:, None, :], 1.0, params)
-        with np.errstate(divide="ignore", invalid="ignore"):  # a curve far outside the log: -inf, as in the forecast
-            log_lik = np.sum(student_t_logpdf(self.z[owner][:, None, :] * root, config.student_nu, mu * root, noise) * self.bin_of[owner][:, None, :], axis=2)
+        log_lik = np.sum(student_t_logpdf(self.z[owner][:, None, :] * root, config.student_nu, mu * root, noise) * self.bin_of[owner][:, None, :], axis=2)
         bounded = self.bounded[owner]
         if bounded.any():
             inside = in_support(config, theta.reshape(-1, theta.shape[-1]), "range").reshape(theta.shape[:2])
@@ -200,7 +208,8 @@ def laplace_modes(posterior: StackedPosterior, starts: np.ndarray, fallback_cov:
         # curvature) exceeds the tolerance on a sharp posterior (a long log).
         values = posterior(x[:, None, :] + stencil, owner_of[problems])
         finite = np.all(np.isfinite(values), axis=1)
-        gradient = -(values[:, 1 : dim + 1] - values[:, dim + 1 :]) / (2 * GRADIENT_STEP)
+        with np.errstate(invalid="ignore"):  # -inf - -inf where the stencil leaves the support: masked just below
+            gradient = -(values[:, 1 : dim + 1] - values[:, dim + 1 :]) / (2 * GRADIENT_STEP)
         return np.where(finite, -values[:, 0], np.inf), np.where(finite[:, None], gradient, 0.0)
 
     # The inverse Hessians start diagonal, from the curvature along each parameter at the start (the second differences
