@@ -225,8 +225,10 @@ def reward_curve(form: str, t: Any, r0: Any, gain: Any, tau: Any, beta: Any, xp:
 
 
 def plateau_progress(form: str, tau: Any, beta: Any, level: float = 0.95) -> Any:
-    """Progress ``t`` at which the curve has reached ``level`` of its total gain (NumPy)."""
-    return get_form(form).plateau(np.asarray(tau, dtype=float), np.asarray(beta, dtype=float), level)
+    """Progress ``t`` at which the curve has reached ``level`` of its total gain (NumPy); ``inf`` for a curve so slow
+    that it overflows (a plateau beyond any horizon, without a warning)."""
+    with np.errstate(over="ignore"):
+        return get_form(form).plateau(np.asarray(tau, dtype=float), np.asarray(beta, dtype=float), level)
 
 
 @dataclass(frozen=True)

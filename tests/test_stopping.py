@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -124,6 +126,18 @@ def test_probability_is_monotone_in_tolerance(rise: list[float], tolerances: lis
     probs = [probability_from_forecast(fc, t, relative_to) for t in sorted(tolerances)]  # type: ignore[arg-type]
     assert all(0.0 <= p <= 1.0 for p in probs)
     assert all(a <= b for a, b in zip(probs, probs[1:]))
+
+
+def test_a_plateau_beyond_any_horizon_is_reported_as_such_without_a_warning() -> None:
+    """Draws whose curves rise too slowly to level off at any step have plateau step inf (the forecast lets it
+    overflow there); the decision's median and interval stay inf rather than the NaN of inf - inf."""
+    fc = _rising(np.linspace(0.0, 0.3, 100))
+    fc = dataclasses.replace(fc, plateau_step=np.where(np.arange(100) < 80, np.inf, 70.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        slow = decision_from_forecast(fc, threshold=0.9, tolerance=0.01, min_fraction=0.0)
+    assert slow.plateau_step == np.inf and slow.plateau_interval == (70.0, np.inf)
+    assert "no plateau expected at any step" in slow.explain()
 
 
 def test_threshold_decision_fields_and_explanation() -> None:

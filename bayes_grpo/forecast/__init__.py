@@ -316,6 +316,8 @@ def _forecast_conditioned(
         draws = layer.apply(draws, prepared, grid)
     if prepared.bounds is not None:  # an expected reward cannot leave the range the reward functions can give
         draws, curves = (np.clip(values, *prepared.bounds) for values in (draws, curves))
+    with np.errstate(over="ignore"):  # a plateau beyond any horizon stays inf
+        plateau_step = np.clip(plateau_t * total, 0, None)
     return Forecast(
         run_id=prepared.run_id,
         steps=grid,
@@ -325,7 +327,7 @@ def _forecast_conditioned(
         observed_steps=prepared.steps.astype(int),
         observed_rewards=prepared.to_reward(prepared.z),
         params={**p, "unit": prepared.unit},
-        plateau_step=np.clip(plateau_t * total, 0, None),
+        plateau_step=plateau_step,
         current=prepared.to_reward(np.asarray(current).ravel()),
         prepared=prepared,
         ess=conditioned.ess,

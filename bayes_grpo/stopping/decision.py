@@ -148,10 +148,12 @@ class StopDecision:
             scale_name = "the logged reward spread"
         else:  # the declared range (also what a flat log on a declared range is judged on), or the logged 5-95% range
             scale_name = "the reward range"
-        plateau = (
-            f"the curve levelled off near step {self.plateau_step:.0f}" if self.plateau_step <= self.step
-            else f"plateau expected near step {self.plateau_step:.0f}"
-        )  # fmt: skip
+        if self.plateau_step <= self.step:
+            plateau = f"the curve levelled off near step {self.plateau_step:.0f}"
+        elif np.isfinite(self.plateau_step):
+            plateau = f"plateau expected near step {self.plateau_step:.0f}"
+        else:  # most draws' curves rise too slowly to reach 95% of their gain at any step
+            plateau = "no plateau expected at any step"
         head = (
             f"{verdict} at step {self.step} of {self.total_steps}: {self.probability:.0%} probability that less than "
             f"{self.tolerance * self.scale:.3g} more reward is to come ({self.tolerance:.0%} of {scale_name}, {self.scale:.3g}; {gain}, "
@@ -258,12 +260,14 @@ def decision(
     evidence = evidence if evidence is not None else stop_evidence(fc)
     step, total, gain = evidence.step, evidence.total_steps, evidence.gain
     scale = reward_scale(fc, relative_to) if scale is None else scale
+    # Draws' order statistics, not interpolated: a draw whose plateau lies beyond any horizon is inf, and inf - inf is NaN.
+    plateau_median, *plateau_interval = (float(v) for v in np.quantile(fc.plateau_step, (0.5, *INTERVAL), method="nearest"))
     return StopDecision(
         probability=evidence.probability(tolerance, scale),
         expected_gain=float(gain.mean()),
         gain_interval=tuple(float(v) for v in np.quantile(gain, INTERVAL)),
-        plateau_step=float(np.median(fc.plateau_step)),
-        plateau_interval=tuple(float(v) for v in np.quantile(fc.plateau_step, INTERVAL)),
+        plateau_step=plateau_median,
+        plateau_interval=tuple(plateau_interval),
         should_stop=bool(should_stop),
         reason=str(reason),
         compute_saved=max(total - step, 0) / total,
