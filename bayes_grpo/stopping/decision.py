@@ -261,13 +261,13 @@ def decision(
     step, total, gain = evidence.step, evidence.total_steps, evidence.gain
     scale = reward_scale(fc, relative_to) if scale is None else scale
     # Draws' order statistics, not interpolated: a draw whose plateau lies beyond any horizon is inf, and inf - inf is NaN.
-    plateau_median, *plateau_interval = (float(v) for v in np.quantile(fc.plateau_step, (0.5, *INTERVAL), method="nearest"))
+    plateau_median, plateau_low, plateau_high = (float(v) for v in np.quantile(fc.plateau_step, (0.5, *INTERVAL), method="nearest"))
     return StopDecision(
         probability=evidence.probability(tolerance, scale),
         expected_gain=float(gain.mean()),
         gain_interval=tuple(float(v) for v in np.quantile(gain, INTERVAL)),
         plateau_step=plateau_median,
-        plateau_interval=tuple(plateau_interval),
+        plateau_interval=(plateau_low, plateau_high),
         should_stop=bool(should_stop),
         reason=str(reason),
         compute_saved=max(total - step, 0) / total,
