@@ -113,6 +113,21 @@ def figures() -> dict[str, str]:
             f"{row['trailing_end_best']:.0%} of the trials below the median ended best ({row['leading_end_best']:.0%} of those "
             f"above it; {row['chance_end_best']:.0%} by chance)"
         )
+    sweep_order = pd.read_csv(RESULTS / "backtest_sweeps_order.csv")
+    source_order = pd.read_csv(RESULTS / "source_order.csv")
+    for share in (0.3, 0.5):
+        by_order = sweep_order[sweep_order["fraction"] == share].set_index("order")
+        ranked, current = by_order.loc["rank (its table order)"], by_order.loc["current smoothed reward"]
+        found[f"order.sweeps.{round(100 * share)}"] = (
+            f"Kendall tau {ranked['kendall_tau']:.2f} and {int(ranked['top1_hits'])} top picks of {int(ranked['sweeps'])} sweeps, against "
+            f"{current['kendall_tau']:.2f} and {int(current['top1_hits'])}"
+        )
+        by_order = source_order[source_order["fraction"] == share].set_index("order")
+        ranked, current = by_order.loc["forecast median"], by_order.loc["current smoothed reward"]
+        found[f"order.sources.{round(100 * share)}"] = (
+            f"{ranked['kendall_tau']:.2f} against {current['kendall_tau']:.2f} over {int(ranked['sources'])} sources (90% bootstrap interval of "
+            f"the difference {ranked['tau_minus_current_q05']:+.2f} to {ranked['tau_minus_current_q95']:+.2f})"
+        )
     coupling = pd.read_csv(RESULTS / "sweep_coupling.csv").set_index("fraction").sort_index()
     found["coupling.correlation"] = _join(f"{v:.2f}" for v in coupling["correlation"])
     found["coupling.q90_q95_30"] = f"{coupling.loc[0.3, 'z_q90']:.1f} and {coupling.loc[0.3, 'z_q95']:.1f}"
