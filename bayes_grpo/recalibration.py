@@ -8,17 +8,20 @@ measured on real runs, and is applied by default (``calibrated=False`` in
 
 **Form.** After the last logged step, every draw is first drawn towards the persistence level
 ``a`` (:func:`bayes_grpo.measures.persistence`: the mean of the last 10 logged rewards), keeping the share ``beta`` of
-the change the model predicts; then the level-``p`` quantile moves by ``c(p)`` yardsticks::
+the change the model predicts; then the level-``p`` quantile moves by ``c(p)`` yardsticks, one below the
+median and another above it::
 
     x'_s = a + beta * (x_s - a)
-    Q'_s(p) = Q_s(p) + c(p) * (W_s + v(p) U h_s)
+    Q'_s(p) = Q_s(p) + c(p) * W_s                         below the median
+    Q'_s(p) = Q_s(p) + c(p) * g (R + v(p) U) h_s            above it
     W_s = (width90_s + R) * h_s,    h_s = (s - last logged step) / total_steps
+    g = (1 - t)^2 + (1 - (1 - t)^2) pi,    t = last logged step / total_steps,    pi = the model's weight of a take-off ahead
 
 * ``beta`` is a forecast combination with persistence: the share of the predicted change that
   minimises the held-out error of the median (source-capped). On the shared real runs it is about
   0.6, and with it the median's error is below persistence's at every cut, where the model's own
   median was not.
-* ``W_s`` is a yardstick of how far the forecast may be off there: the (drawn-in) forecast's own 90%
+* ``W_s`` (below the median) is a yardstick of how far the forecast may be off there: the (drawn-in) forecast's own 90%
   width plus ``R``, the run's recent ``reward_std`` (the learning signal: how much the groups still
   disagree, so how open the future is: 0 for a run that has lost its learning signal; the logged rewards' 10-90%
   spread for a log without a positive recent ``reward_std``),
@@ -33,10 +36,20 @@ the change the model predicts; then the level-``p`` quantile moves by ``c(p)`` y
   is 0 up to the 75% level and grows linearly to 1 at the 95% level (continuous, so no draw jumps past
   another). With ``U`` from the median on, the 50% interval at 50% of the plan held the truth in 0.61 of
   the held-out runs (target at most 0.60).
-* ``c(p)`` is the (source-capped) quantile, over held-out real forecasts, of ``(truth - Q(p)) / W`` at
-  level ``p``, and :data:`TAIL_MARGIN` further out for the 5% and 95% quantiles (the room sources the
-  layer never saw take), over the yardstick at that level, ``W + v(p) U h``. The median's offset is 0:
-  ``beta`` already placed it.
+* **Above the median the yardstick is the room for a take-off, not the forecast's width** (form 3,
+  :func:`upper_room`): the learning signal and the excursion, times the share of the plan ahead, times
+  ``g``, how much of that room is still live. An unforeseen take-off grows rarer as the plan runs out:
+  ``(1 - t)^2`` (:data:`TIME_LEFT_POWER`), ``t`` the share of the plan logged at the cut. A take-off the
+  model itself sees ahead is not: with the model's weight ``pi`` of a take-off ahead
+  (:attr:`bayes_grpo.forecast.Forecast.regimes`) the room stays whole. The model's own width above its
+  median is already in ``Q(p)``. Held-out real runs need far less room above it late in a run than early
+  on: learned per cut, the 95% offset of the earlier form was 8.1 yardsticks at 20% of the plan, 6.5 at
+  30% and 1.0 at 50%. One set of offsets in that form covered the 20% cut and left the 50% cut's 95%
+  quantile about two spreads above any truth (quantile score 1.19 times the raw model's there)
+  (``docs/notes/2026-12-07-take-off-room.md``).
+* ``c(p)`` is the (source-capped) quantile, over held-out real forecasts, of ``(truth - Q(p))`` over the
+  yardstick at level ``p``, and :data:`TAIL_MARGIN` further out for the 5% and 95% quantiles (the room
+  sources the layer never saw take). The median's offset is 0: ``beta`` already placed it.
 
 The layer calibrates what is scored and learned from: the mean logged reward over a window, logging
 noise included (:meth:`Recalibration.apply_to_window`, which
@@ -66,8 +79,11 @@ from bayes_grpo.prepare import PreparedRun, spread_scale
 LEVELS: tuple[float, ...] = (0.05, 0.25, 0.5, 0.75, 0.95)
 #: The 5% and 95% offsets are learned this much further out (at 4% and 96%): the room sources the layer never saw need.
 TAIL_MARGIN = 0.01
-#: The yardstick's form the offsets were learned for: 2 = ``W + v(p) U h`` (1: ``W`` alone).
-LAYER_FORM = 2
+#: The yardstick's form the offsets were learned for: 3 = ``W`` below the median, ``g (R + v(p) U) h`` above it
+#: (:func:`upper_room`; 2: ``W + v(p) U h`` at every level; 1: ``W`` alone).
+LAYER_FORM = 3
+#: Above the median the room for an unforeseen take-off shrinks as this power ``k`` of the share of the plan left at the cut.
+TIME_LEFT_POWER = 2.0
 #: The excursion enters the yardstick from this level (weight 0) to the top level of :data:`LEVELS` (weight 1).
 EXCURSION_FROM = 0.75
 #: Shares of the predicted change ``beta`` is chosen among.
@@ -125,6 +141,12 @@ def excursion_weight(level: Any) -> Any:
     return np.clip((np.asarray(level, dtype=float) - EXCURSION_FROM) / (max(LEVELS) - EXCURSION_FROM), 0.0, 1.0)
 
 
+def logged_share(prepared: PreparedRun) -> float:
+    """``t``: the share of the plan logged, the last logged step over the planned steps (0 for an empty log)."""
+    last = float(prepared.steps[-1]) if prepared.steps.size else 0.0
+    return float(np.clip(last / max(prepared.total_steps, 1), 0.0, 1.0))
+
+
 def ahead(prepared: PreparedRun, steps: np.ndarray) -> np.ndarray:
     """Share of the plan between the last logged step and each of ``steps`` (0 up to the last logged step)."""
     last = float(prepared.steps[-1]) if prepared.steps.size else 0.0
@@ -137,11 +159,24 @@ def raw_column(level: float) -> str:
     return f"raw_q{round(100 * level):02d}"
 
 
-def yardstick(beta: float, ahead: Any, width_ahead: Any, signal_scale: Any, excursion: Any, level: Any) -> Any:
-    """The yardstick ``W + v(p) U h`` over a window at quantile level(s) ``level``: ``W`` is ``beta`` times the mean share
-    of the plan ahead times the raw draws' 90% width (the drawn-in width), plus the mean share ahead ``h`` times ``R``
-    (:func:`window_terms` gives the terms)."""
-    return beta * width_ahead + ahead * (signal_scale + excursion_weight(level) * excursion)
+def upper_room(logged: Any, take_off: Any, signal_scale: Any, excursion: Any, level: Any) -> Any:
+    """The room for a take-off per unit share of the plan ahead, at quantile level(s) ``level`` above the median:
+    ``g (R + v(p) U)`` with ``g = (1 - t)^k + (1 - (1 - t)^k) pi``, ``t`` the share of the plan logged, ``k``
+    :data:`TIME_LEFT_POWER` and ``pi`` the raw forecast's weight of a take-off ahead: an unforeseen take-off grows
+    rarer as the plan runs out, one the model sees ahead does not."""
+    time_left = (1.0 - np.asarray(logged, dtype=float)) ** TIME_LEFT_POWER
+    live = time_left + (1.0 - time_left) * np.asarray(take_off, dtype=float)
+    return live * (signal_scale + excursion_weight(level) * excursion)
+
+
+def yardstick(beta: float, ahead: Any, width_ahead: Any, signal_scale: Any, excursion: Any, logged: Any, take_off: Any, level: Any) -> Any:
+    """The yardstick over a window at quantile level(s) ``level``: below the median ``W``, ``beta`` times the mean
+    share of the plan ahead times the raw draws' 90% width (the drawn-in width) plus the mean share ahead ``h``
+    times ``R``; above it ``h g (R + v(p) U)`` (:func:`upper_room`). :func:`window_terms` gives the terms."""
+    level = np.asarray(level, dtype=float)
+    below = beta * np.asarray(width_ahead, dtype=float) + np.asarray(ahead, dtype=float) * signal_scale
+    above = np.asarray(ahead, dtype=float) * upper_room(logged, take_off, signal_scale, excursion, level)
+    return np.where(level < 0.5, below, above)
 
 
 def width_90(values: np.ndarray) -> np.ndarray:
@@ -152,7 +187,8 @@ def width_90(values: np.ndarray) -> np.ndarray:
 
 def window_terms(forecast: Any, steps: np.ndarray) -> dict[str, float]:
     """What :func:`learn` needs of one held-out raw forecast over its final-window ``steps``: the persistence level,
-    the mean share of the plan ahead, the mean of that share times the draws' 90% width, ``R`` and ``U``."""
+    the mean share of the plan ahead, the mean of that share times the draws' 90% width, ``R``, ``U``, ``t`` and the
+    forecast's weight of a take-off ahead ``pi``."""
     steps = np.asarray(steps, dtype=float)
     values = forecast.at_steps(steps)
     width90 = width_90(values)
@@ -163,6 +199,8 @@ def window_terms(forecast: Any, steps: np.ndarray) -> dict[str, float]:
         "width_ahead": float(np.mean(share * width90)),
         "signal_scale": signal_scale(forecast.prepared),
         "excursion": excursion(forecast.prepared),
+        "logged": logged_share(forecast.prepared),
+        "take_off": forecast.regimes["take_off_ahead"],
     }
 
 
@@ -198,11 +236,12 @@ class Recalibration:
         if self.form != LAYER_FORM:
             raise ModelError(f"the calibration layer was learned for the yardstick of another bayes_grpo (form {self.form!r}, this one applies {LAYER_FORM}); relearn it")
 
-    def apply(self, values: np.ndarray, prepared: PreparedRun, steps: np.ndarray) -> np.ndarray:
+    def apply(self, values: np.ndarray, prepared: PreparedRun, steps: np.ndarray, take_off: float) -> np.ndarray:
         """``values`` (draws x steps, reward units) drawn towards persistence by ``beta`` after the last logged step, then
         each draw moved by the offset of its rank at the plan's end.
 
-        A whole trajectory moves by one offset times the yardstick at each step (``W + v(p) U h`` at its rank ``p``),
+        A whole trajectory moves by one offset times the yardstick at each step (at its rank ``p``: ``W`` below the
+        median, ``h g (R + v(p) U)`` above it, ``take_off`` the raw forecast's weight of a take-off ahead in ``g``),
         so it stays smooth, and the end level's quantiles (and those of the final window, which follows it) move by
         ``c(p)`` yardsticks as learned.
         Ranking each step apart instead moved the 75% quantile of the final window 0.3 spreads further than
@@ -217,8 +256,10 @@ class Recalibration:
         share = ahead(prepared, steps)
         level = anchor(prepared)
         values = np.where(share[None, :] > 0, level + self.beta * (values - level), values)
-        room = signal_scale(prepared) + excursion_weight(rank)[:, None] * excursion(prepared)  # R + v(p) U, per draw
-        return values + offset[:, None] * share[None, :] * (width_90(values)[None, :] + room)
+        signal = signal_scale(prepared)
+        below = width_90(values)[None, :] + signal  # W / h, the same for every draw
+        above = upper_room(logged_share(prepared), take_off, signal, excursion(prepared), rank)[:, None]  # g (R + v(p) U), per draw
+        return values + offset[:, None] * share[None, :] * np.where(rank[:, None] < 0.5, below, above)
 
     def apply_to_window(self, samples: np.ndarray, raw: Any, steps: np.ndarray) -> np.ndarray:
         """Samples of the mean logged reward over ``steps`` from the raw forecast ``raw`` (logging noise included)
@@ -233,7 +274,9 @@ class Recalibration:
         if samples.size < 2 or raw.prepared.z.size == 0 or terms["ahead"] <= 0:
             return samples
         level, rank = terms["anchor"], _mid_ranks(samples)
-        width = yardstick(self.beta, terms["ahead"], terms["width_ahead"], terms["signal_scale"], terms["excursion"], rank)
+        width = yardstick(
+            self.beta, terms["ahead"], terms["width_ahead"], terms["signal_scale"], terms["excursion"], terms["logged"], terms["take_off"], rank
+        )
         return level + self.beta * (samples - level) + np.interp(rank, LEVELS, self.offsets) * width
 
     def to_json(self) -> str:
@@ -275,7 +318,7 @@ def learned_level(level: float) -> float:
 
 
 #: Columns :func:`learn` reads from each held-out forecast (besides the raw quantiles).
-LEARN_COLUMNS = ("truth", "spread", "anchor", "ahead", "width_ahead", "signal_scale", "excursion")
+LEARN_COLUMNS = ("truth", "spread", "anchor", "ahead", "width_ahead", "signal_scale", "excursion", "logged", "take_off")
 
 
 def learn(rows: Any, fit_id: str = "", weights: Sequence[float] | None = None, learned_on: Mapping[str, Any] | None = None) -> Recalibration:
@@ -286,7 +329,7 @@ def learn(rows: Any, fit_id: str = "", weights: Sequence[float] | None = None, l
     rows : pandas.DataFrame
         One held-out forecast per row: ``truth`` and ``spread`` (the run's measured final and 10-90% reward spread),
         the quantiles of the raw forecast's final-window reward (:func:`raw_column`, logging noise included) and
-        :func:`window_terms` there (``anchor``, ``ahead``, ``width_ahead``, ``signal_scale``, ``excursion``).
+        :func:`window_terms` there (``anchor``, ``ahead``, ``width_ahead``, ``signal_scale``, ``excursion``, ``logged``, ``take_off``).
     fit_id : str
         Id of the fit the layer is for.
     weights : sequence of float, optional
@@ -317,7 +360,7 @@ def learn(rows: Any, fit_id: str = "", weights: Sequence[float] | None = None, l
     raw = {p: frame[raw_column(p)].to_numpy(float) for p in LEVELS}
     errors = [np.average(np.abs(level + b * (raw[0.5] - level) - truth) / spread, weights=w) for b in BETA_GRID]
     beta = float(BETA_GRID[int(np.argmin(errors))])
-    terms = [frame[c].to_numpy(float) for c in ("ahead", "width_ahead", "signal_scale", "excursion")]
+    terms = [frame[c].to_numpy(float) for c in ("ahead", "width_ahead", "signal_scale", "excursion", "logged", "take_off")]
 
     def offset(p: float) -> float:
         scale = yardstick(beta, *terms, p)

@@ -72,6 +72,8 @@ def figures() -> dict[str, str]:
     found["calibration.error_30_50"] = _join(f"{capped.loc[f, 'error']:.3f}" for f in (0.3, 0.5))
     found["calibration.persistence_30_50"] = _join(f"{capped.loc[f, 'persistence']:.3f}" for f in (0.3, 0.5))
     found["calibration.above_q95"] = _join(f"{v:.0%}" for v in capped["above_q95"])
+    ratio = re.search(r"Quantile score of the calibrated forecasts / the raw model's at [^:]*: ([\d.]+) / ([\d.]+) / ([\d.]+)", (RESULTS / "calibration.md").read_text(encoding="utf-8"))
+    found["calibration.ratio"] = " / ".join(ratio.groups())
     found["calibration.ratio_30_50"] = " and ".join(f"{capped.loc[f, 'ratio_to_persistence']:.2f}" for f in (0.3, 0.5))
     stopping = pd.read_csv(RESULTS / "backtest_stopping.csv")
     rules = stopping[stopping["set"] == "real, source-capped"].set_index("rule")

@@ -35,7 +35,10 @@ def held_out_rows(n: int, seed: int, realised: float = 0.5) -> pd.DataFrame:
     upside = rng.normal(0, 1, n)
     upside = np.where(upside > 0, 2.0 * upside, 0.3 * upside)  # skewed upwards, median 0
     truth = anchor + realised * predicted + rng.normal(0, 1, n) * (0.3 + signal) + upside * shown
-    rows = {"truth": truth, "spread": np.ones(n), "anchor": anchor, "ahead": np.full(n, 0.7), "width_ahead": np.full(n, 0.7), "signal_scale": signal, "excursion": shown}
+    rows = {
+        "truth": truth, "spread": np.ones(n), "anchor": anchor, "ahead": np.full(n, 0.7), "width_ahead": np.full(n, 0.7), "signal_scale": signal,
+        "excursion": shown, "logged": rng.uniform(0.2, 0.5, n), "take_off": rng.uniform(0.0, 0.6, n),
+    }  # fmt: skip
     for level in LEVELS:  # a forecast of its own narrow width around the predicted change
         rows[recalibration.raw_column(level)] = anchor + predicted + norm.ppf(level) * 0.2
     return pd.DataFrame(rows)
@@ -44,7 +47,12 @@ def held_out_rows(n: int, seed: int, realised: float = 0.5) -> pd.DataFrame:
 def _moved(rows: pd.DataFrame, layer: Recalibration, level: float) -> np.ndarray:
     """A level's quantile after the layer, as :meth:`Recalibration.apply` moves the final window."""
     latent = rows[recalibration.raw_column(level)]
-    scale = layer.beta * rows["width_ahead"] + rows["ahead"] * (rows["signal_scale"] + recalibration.excursion_weight(level) * rows["excursion"])
+    if level < 0.5:  # below the median: the drawn-in width and the learning signal over the horizon
+        scale = layer.beta * rows["width_ahead"] + rows["ahead"] * rows["signal_scale"]
+    else:  # above it: the room for a take-off, shrinking with the share of the plan left unless the model sees one ahead
+        room = rows["signal_scale"] + recalibration.excursion_weight(level) * rows["excursion"]
+        time_left = (1 - rows["logged"]) ** recalibration.TIME_LEFT_POWER
+        scale = rows["ahead"] * (time_left + (1 - time_left) * rows["take_off"]) * room
     return rows["anchor"] + layer.beta * (latent - rows["anchor"]) + np.interp(level, LEVELS, layer.offsets) * scale
 
 
@@ -72,6 +80,10 @@ def test_learning_names_missing_columns_and_refuses_rows_without_steps_ahead():
         learn(rows.drop(columns="signal_scale"))
     with pytest.raises(ModelError, match="excursion"):
         learn(rows.drop(columns="excursion"))
+    with pytest.raises(ModelError, match="logged"):
+        learn(rows.drop(columns="logged"))
+    with pytest.raises(ModelError, match="take_off"):
+        learn(rows.drop(columns="take_off"))
     with pytest.raises(ModelError, match="steps ahead"):
         learn(rows.assign(ahead=0.0))
 
@@ -89,15 +101,16 @@ def test_applied_layer_draws_towards_persistence_moves_each_trajectory_by_one_of
     prepared = prepare_run(run)
     steps = np.array([30.0, 50.0, 100.0])
     draws = rng.normal(0, 1, (200, steps.size)).cumsum(axis=1)
-    moved = Recalibration(beta=beta, offsets=tuple(offsets)).apply(draws, prepared, steps)
+    moved = Recalibration(beta=beta, offsets=tuple(offsets)).apply(draws, prepared, steps, take_off=0.3)
     assert moved[:, 0] == pytest.approx(draws[:, 0])  # the last logged step is not moved
     anchor = float(np.mean(rewards[-PERSISTENCE_POINTS:]))
     drawn_in = anchor + beta * (draws - anchor)
     shift = moved[:, 1:] - drawn_in[:, 1:]
-    bulk = draws[:, -1] <= np.quantile(draws[:, -1], recalibration.EXCURSION_FROM)  # moved by W alone (v(p) = 0)
-    moving = bulk & (np.abs(shift[:, 1]) > 1e-9)
-    ratios = shift[moving, 0] / shift[moving, 1]  # one offset per draw, times each step's yardstick: one ratio for all
-    assert np.allclose(ratios, ratios[0]) if ratios.size else True
+    rank = (np.argsort(np.argsort(draws[:, -1])) + 0.5) / draws.shape[0]
+    for side in (rank < 0.5, (rank > 0.5) & (rank < recalibration.EXCURSION_FROM)):  # W below the median, (1 - t)^k R h above (v(p) = 0)
+        moving = side & (np.abs(shift[:, 1]) > 1e-9)
+        ratios = shift[moving, 0] / shift[moving, 1]  # one offset per draw, times each step's yardstick: one ratio per side
+        assert np.allclose(ratios, ratios[0]) if ratios.size else True
     order = np.argsort(draws[:, -1])  # non-decreasing offsets keep the end level's order
     assert np.all(np.diff(moved[order, -1]) >= -1e-9)
 
@@ -106,7 +119,7 @@ def test_without_offsets_and_with_beta_one_the_layer_changes_nothing():
     run = bg.read_log(pd.DataFrame({"step": np.arange(1, 31), "reward": np.linspace(0, 1, 30)}), total_steps=100)
     draws = np.random.default_rng(0).normal(0, 1, (100, 3))
     steps = np.array([30.0, 60.0, 100.0])
-    assert Recalibration(beta=1.0, offsets=(0.0,) * len(LEVELS)).apply(draws, prepare_run(run), steps) == pytest.approx(draws)
+    assert Recalibration(beta=1.0, offsets=(0.0,) * len(LEVELS)).apply(draws, prepare_run(run), steps, take_off=0.5) == pytest.approx(draws)
 
 
 def test_the_yardstick_reads_no_learning_signal_as_no_extra_room():
@@ -128,7 +141,7 @@ def test_the_yardstick_reads_no_learning_signal_as_no_extra_room():
     layer = Recalibration(beta=0.5, offsets=(-0.5, -0.2, 0.0, 0.4, 4.0))
     steps = np.array([60.0, 130.0, 200.0])
     draws = np.random.default_rng(1).normal(2.3, 0.05, (400, steps.size))
-    quiet, open_ = (np.quantile(layer.apply(draws, prepared(s), steps)[:, -1], 0.95) for s in (np.zeros(60), None))
+    quiet, open_ = (np.quantile(layer.apply(draws, prepared(s), steps, take_off=0.0)[:, -1], 0.95) for s in (np.zeros(60), None))
     assert quiet < open_ - 1.0
 
 
@@ -155,10 +168,29 @@ def test_the_excursion_is_the_best_logged_reward_beyond_the_noise_and_widens_onl
     layer = Recalibration(beta=0.5, offsets=(-0.5, -0.2, 0.0, 0.4, 2.0))
     steps = np.array([60.0, 130.0, 200.0])
     draws = np.random.default_rng(1).normal(0.2, 0.05, (400, steps.size))
-    plain, wide = (np.quantile(layer.apply(draws, prepared(r), steps)[:, -1], (0.05, 0.25, 0.5, 0.74, 0.95)) for r in (flat, spiky))
+    plain, wide = (np.quantile(layer.apply(draws, prepared(r), steps, take_off=0.0)[:, -1], (0.05, 0.25, 0.5, 0.74, 0.95)) for r in (flat, spiky))
     assert wide[:4] == pytest.approx(plain[:4])
     assert recalibration.excursion_weight([0.5, 0.75, 0.85, 0.95, 0.99]) == pytest.approx([0.0, 0.0, 0.5, 1.0, 1.0])
-    assert wide[4] - plain[4] == pytest.approx(2.0 * 0.7 * (shown - recalibration.excursion(prepared(flat))), rel=0.05)
+    time_left = (1 - 60 / 200) ** recalibration.TIME_LEFT_POWER  # the room above the median shrinks with the plan's share left (no take-off seen)
+    assert wide[4] - plain[4] == pytest.approx(2.0 * 0.7 * time_left * (shown - recalibration.excursion(prepared(flat))), rel=0.05)
+
+
+def test_above_the_median_the_yardstick_is_the_room_for_a_take_off_and_it_shrinks_with_the_plan_left():
+    """Form 3: below the median the yardstick is the drawn-in width plus the learning signal over the horizon, and
+    neither the share of the plan logged nor the model's take-off weight changes it. Above the median it is the
+    learning signal and the excursion over the horizon, without the forecast's own width, times the live share of that
+    room: the square of the share of the plan left for a take-off the model does not see, all of it for one it sees."""
+    terms = {"beta": 0.6, "ahead": 0.4, "width_ahead": 0.3, "signal_scale": 0.5, "excursion": 0.2}
+    levels = np.array([0.05, 0.25, 0.75, 0.95])
+    early, late = (recalibration.yardstick(**terms, logged=t, take_off=0.0, level=levels) for t in (0.2, 0.5))
+    assert early[:2] == pytest.approx(late[:2]) and early[0] == pytest.approx(0.6 * 0.3 + 0.4 * 0.5)
+    assert early[2] == pytest.approx(0.4 * 0.8**2 * 0.5) and early[3] == pytest.approx(0.4 * 0.8**2 * (0.5 + 0.2))
+    assert late[2:] == pytest.approx(early[2:] * (0.5 / 0.8) ** 2)
+    seen = recalibration.yardstick(**terms, logged=0.5, take_off=1.0, level=levels)
+    assert seen[:2] == pytest.approx(late[:2]) and seen[3] == pytest.approx(0.4 * (0.5 + 0.2))
+    half = recalibration.yardstick(**terms, logged=0.5, take_off=0.5, level=0.95)
+    assert half == pytest.approx(0.4 * (0.25 + 0.75 * 0.5) * (0.5 + 0.2))
+    assert recalibration.yardstick(**{**terms, "width_ahead": 3.0}, logged=0.2, take_off=0.0, level=0.95) == pytest.approx(early[3])
 
 
 def test_the_layer_moves_a_real_forecasts_final_window_as_it_learned(quick_model, few_runs):

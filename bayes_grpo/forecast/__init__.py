@@ -51,6 +51,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -307,18 +308,11 @@ def _forecast_conditioned(
     current = expected_reward(config, np.array([t_last]), p) if last else r0
     plateau_t = plateau_progress(config.form, tau, beta)
     draws, curves = prepared.to_reward(levels), prepared.to_reward(curves)
-    # The layer calibrates what the forecast shows (the draws: intervals, final reward, fan charts). The stop rule
-    # judges the remaining gain on the model's own curves: moved by the layer's long upper tail, no canonical
-    # plateau, flat run or dip reached P(plateau) 0.99 any more (benchmarks/results/shapes.md).
-    layer = getattr(model, "recalibration", None) if calibrated else None
-    raw_draws = draws
-    if layer is not None:
-        draws = layer.apply(draws, prepared, grid)
     if prepared.bounds is not None:  # an expected reward cannot leave the range the reward functions can give
-        draws, curves = (np.clip(values, *prepared.bounds) for values in (draws, curves))
+        curves = np.clip(curves, *prepared.bounds)
     with np.errstate(over="ignore"):  # a plateau beyond any horizon stays inf
         plateau_step = np.clip(plateau_t * total, 0, None)
-    return Forecast(
+    raw = Forecast(
         run_id=prepared.run_id,
         steps=grid,
         draws=draws,
@@ -338,9 +332,18 @@ def _forecast_conditioned(
         outside_population=conditioned.outside_population,
         seed=seed,
         uses_signal="gain_signal" in model.population_arrays(),
-        layer=layer,
-        raw_draws=raw_draws if layer is not None or prepared.bounds is not None else None,
     )
+    # The layer calibrates what the forecast shows (the draws: intervals, final reward, fan charts), from the model's
+    # own forecast (its draws and its weight of a take-off ahead). The stop rule judges the remaining gain on the
+    # model's own curves: moved by the layer's long upper tail, no canonical plateau, flat run or dip reached
+    # P(plateau) 0.99 any more (benchmarks/results/shapes.md).
+    layer = getattr(model, "recalibration", None) if calibrated else None
+    if layer is None and prepared.bounds is None:
+        return raw
+    shown = layer.apply(draws, prepared, grid, take_off=raw.regimes["take_off_ahead"]) if layer is not None else draws
+    if prepared.bounds is not None:
+        shown = np.clip(shown, *prepared.bounds)
+    return replace(raw, draws=shown, layer=layer, raw_draws=draws)
 
 
 def _grid(last: int, total: int, points: int = MAX_GRID_POINTS) -> np.ndarray:
