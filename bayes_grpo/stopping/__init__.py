@@ -61,8 +61,8 @@ take-off may still be ahead). A run at or past its planned end always stops.
    by more than :data:`DIP_SE` standard errors of the difference, or by more
    than :data:`DIP_SPREAD` (5%) of the logged spread, is *in a dip*
    (:func:`below_best`). A dip is not a decline: the run stops there only when
-   :func:`recovery_probability`, the share of trajectory draws
-   (``Forecast.draws``, curve plus wander: the wander is what lets a saturating
+   :func:`recovery_probability`, the share of the model's own trajectory draws
+   (``Forecast.raw.draws``, curve plus wander: the wander is what lets a saturating
    curve come back) that get back to that best before the planned end, is below
    ``1 - threshold``. Otherwise it waits, and no plateau is called inside a dip.
 3. **Is the rise over?** Outside a dip, the run stops when the posterior

@@ -201,11 +201,17 @@ def _peak_so_far(fc: Forecast) -> _Peak:
 def recovery_probability(fc: Forecast) -> float:
     """Posterior probability that the run gets back to its best so far before its planned end.
 
-    The share of trajectory draws (``Forecast.draws``: the curve plus the
-    model-discrepancy wander, which is what lets a saturating curve come back
-    after a fall) whose level at some forecast step after the last logged one
-    reaches the best smoothed logged reward so far (see :func:`peak`). 1 for a run
-    at its best now (nothing to recover) or not started.
+    The share of the model's own trajectory draws (``Forecast.raw.draws``: the
+    curve plus the model-discrepancy wander, which is what lets a saturating
+    curve come back after a fall) whose level at some forecast step after the last
+    logged one reaches the best smoothed logged reward so far (see :func:`peak`). 1
+    for a run at its best now (nothing to recover) or not started. Like the
+    remaining gain, it is judged on the model's own forecast, not the calibrated
+    one: the calibration layer draws every draw towards the last logged level and
+    calibrates the final window, not the path to it. Judged on the calibrated draws
+    whose upper tail narrows as the plan runs out (layer form 3), a run in a dip
+    late in its plan was stopped as fallen in 3.3% of the real runs although it
+    recovered (``docs/notes/2026-12-07-take-off-room.md``).
 
     Parameters
     ----------
@@ -232,7 +238,7 @@ def _recovery(fc: Forecast, best: _Peak) -> float:
     ahead = fc.steps > (fc.last_observed_step or 0)
     if not ahead.any():
         return 0.0
-    return float(np.mean(fc.draws[:, ahead].max(axis=1) >= best.level))
+    return float(np.mean(fc.raw.draws[:, ahead].max(axis=1) >= best.level))
 
 
 def peak(fc: Forecast, tolerance: float = STOP_TOLERANCE, scale: float | None = None) -> tuple[int, bool]:
