@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import bayes_grpo as bg
 from bayes_grpo.errors import BayesGrpoError
@@ -50,6 +52,19 @@ def test_the_smoother_weights_are_the_regrets_smoother() -> None:
     for i in (0, 20, 45, steps.size - 1):
         weights = bg.measures.smoother_weights(steps, steps[i])
         assert weights.sum() == pytest.approx(1.0) and weights @ rewards == pytest.approx(curve[i])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 700), every=st.integers(1, 9), first=st.integers(0, 50), seed=st.integers(0, 1000),
+    span=st.one_of(st.none(), st.floats(1.0, 1e5)), bandwidth=st.floats(1e-4, 0.5),
+)  # fmt: skip
+def test_the_smoother_on_evenly_spaced_steps_is_the_same_weighted_sums(n, every, first, seed, span, bandwidth) -> None:
+    """Evenly spaced logs are smoothed by convolution (no n x n kernel); the values are the direct weighted sums."""
+    steps = first + every * np.arange(1, n + 1, dtype=float)
+    rewards = np.random.default_rng(seed).normal(0, 1, n)
+    direct = bg.measures.smoother_weights(steps, steps, bandwidth, span) @ rewards
+    assert bg.measures.smoothed(steps, rewards, bandwidth, span) == pytest.approx(direct, abs=1e-12)
 
 
 def test_the_chance_that_noise_alone_makes_a_stop_bad_is_what_the_noise_does() -> None:
