@@ -285,19 +285,26 @@ def rank_checks(sweeps: Sequence[Sweep], seed: int) -> pd.DataFrame:
 ORDER_FRACTIONS = (0.2, 0.3, 0.5)
 
 
+def agreement(score: pd.Series, truth: pd.Series) -> tuple[float, bool]:
+    """How an order by ``score`` (higher first) agrees with the true finals ``truth`` of the same runs: Kendall tau, and
+    whether its top pick ends best."""
+    from scipy.stats import kendalltau
+
+    return float(kendalltau(score, truth).statistic), bool(truth.to_numpy()[np.argmax(score.to_numpy())] == truth.max())
+
+
 def order_agreement(ranks: pd.DataFrame) -> pd.DataFrame:
     """Per share of the plan, over the sweeps: mean Kendall tau against the true final order and top-1 hits, of rank's
     order (its table, best first) and of the order of the smoothed current reward (what the median pruner compares)."""
-    from scipy.stats import kendalltau
-
     rows = []
     for fraction in ORDER_FRACTIONS:
         part = ranks[np.isclose(ranks["fraction"], fraction)]
         for order, score in (("rank (its table order)", lambda g: -g["rank_position"]), ("current smoothed reward", lambda g: g["current"])):
             taus, hits = [], []
             for _, sweep in part.groupby("sweep"):
-                taus.append(kendalltau(score(sweep), sweep["truth"]).statistic)
-                hits.append(bool(sweep["truth"].to_numpy()[np.argmax(score(sweep).to_numpy())] == sweep["truth"].max()))
+                tau, hit = agreement(score(sweep), sweep["truth"])
+                taus.append(tau)
+                hits.append(hit)
             rows.append({"fraction": fraction, "order": order, "sweeps": len(taus), "kendall_tau": float(np.mean(taus)), "top1_hits": int(sum(hits))})
     return pd.DataFrame(rows)
 

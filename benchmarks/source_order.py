@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from backtest_sweeps import agreement
 from common import RESULTS, markdown, provenance
-from scipy.stats import kendalltau
 
 from bayes_grpo import measures
 from evaluation import calibration
@@ -68,11 +68,10 @@ def per_source(real: pd.DataFrame) -> pd.DataFrame:
     for (fraction, source), group in real.groupby(["fraction", "source"]):
         if len(group) < 2 or group["truth"].nunique() < 2:
             continue
-        best = group["truth"].idxmax()
         for column, name in ORDERS.items():
-            tau = kendalltau(group[column], group["truth"]).statistic
+            tau, top1 = agreement(group[column], group["truth"])
             rows.append({"fraction": fraction, "source": source, "runs": len(group), "order": name,
-                         "kendall_tau": float(np.nan_to_num(tau)), "top1": bool(group[column].idxmax() == best)})  # fmt: skip
+                         "kendall_tau": float(np.nan_to_num(tau)), "top1": top1})  # fmt: skip
     return pd.DataFrame(rows)
 
 

@@ -335,8 +335,8 @@ def _forecast_conditioned(
     )
     # The layer calibrates what the forecast shows (the draws: intervals, final reward, fan charts), from the model's
     # own forecast (its draws and its weight of a take-off ahead). The stop rule judges the remaining gain on the
-    # model's own curves: moved by the layer's long upper tail, no canonical plateau, flat run or dip reached
-    # P(plateau) 0.99 any more (benchmarks/results/shapes.md).
+    # model's own curves (moved by the layer's long upper tail, no canonical plateau, flat run or dip reached
+    # P(plateau) 0.99 any more: benchmarks/results/shapes.md) and a dip's recovery on the model's own draws.
     layer = getattr(model, "recalibration", None) if calibrated else None
     if layer is None and prepared.bounds is None:
         return raw
