@@ -94,3 +94,23 @@ def test_the_cli_says_when_a_run_lies_outside_the_population(tmp_path, capsys) -
     out = capsys.readouterr().out
     assert "note: the logged steps lie outside what the fitted runs have shown" in out
     assert "draws following the run's own trend" in out
+
+
+def test_a_run_that_has_moved_off_its_curve_is_forecast_from_where_it_is(model: bg.FittedModel) -> None:
+    # Mid-way up a second climb the curve that fits the whole log sits at the first plateau (about 0.47); the
+    # departure filtered from the log's residuals starts the future at the run's level now (about 0.75).
+    run = shapes.make_run("two_stage", 2000, 0.03, seed=0)
+    head = run.head(1400)
+    fc = model.forecast(head, total_steps=2000, seed=0, calibrated=False)
+    level_now = measures.persistence(head.rewards)
+    after = np.median(fc.draws[:, np.searchsorted(fc.steps, 1400) + 1])
+    curve_after = np.median(fc.curves[:, np.searchsorted(fc.steps, 1400) + 1])
+    assert curve_after < level_now - 0.15, (curve_after, level_now)
+    assert abs(after - level_now) < 0.05, (after, level_now)
+
+
+def test_a_run_on_its_curve_keeps_its_forecast_centred_there(model: bg.FittedModel) -> None:
+    run = shapes.make_run("early_plateau", 2000, 0.03, seed=0)
+    fc = model.forecast(run.head(1000), total_steps=2000, seed=0, calibrated=False)
+    gap = np.median(fc.draws[:, -1] - fc.curves[:, -1])  # the wander and the departure now: centred on the curve
+    assert abs(gap) < 0.02, gap

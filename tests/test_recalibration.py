@@ -63,12 +63,23 @@ def test_beta_keeps_the_share_of_the_predicted_change_that_comes_true():
         assert layer.offsets[LEVELS.index(0.5)] == 0.0  # beta places the median
 
 
-def test_offsets_calibrate_each_level_they_were_learned_on_and_the_median_beats_persistence():
+def _pinball(rows: pd.DataFrame, quantile: np.ndarray, level: float) -> float:
+    miss = rows["truth"] - quantile
+    return float(np.mean(np.where(miss >= 0, level * miss, (level - 1) * miss)))
+
+
+def test_the_tails_hold_their_share_the_inner_levels_minimise_the_score_and_the_median_beats_persistence():
     rows = held_out_rows(2000, 1)
     layer = learn(rows)
-    for level in LEVELS:
-        expected = 0.5 if level == 0.5 else learned_level(level)  # the outer levels with the margin sources need
-        assert np.mean(rows["truth"] <= _moved(rows, layer, level)) == pytest.approx(expected, abs=0.03), level
+    for level in recalibration.OUTER_LEVELS:  # counted by row, with the margin sources need
+        assert np.mean(rows["truth"] <= _moved(rows, layer, level)) == pytest.approx(learned_level(level), abs=0.03), level
+    assert np.mean(rows["truth"] <= _moved(rows, layer, 0.5)) == pytest.approx(0.5, abs=0.03)
+    lower = _moved(rows, layer, 0.25)
+    for nudge in (-0.1, 0.1):  # the 25% offset is the quantile score's minimiser: moving it either way scores worse
+        nudged = dataclasses.replace(layer, offsets=tuple(v + nudge if lv == 0.25 else v for lv, v in zip(LEVELS, layer.offsets)))
+        assert _pinball(rows, lower, 0.25) <= _pinball(rows, _moved(rows, nudged, 0.25), 0.25), nudge
+    central = np.mean((rows["truth"] >= lower) & (rows["truth"] <= _moved(rows, layer, 0.75)))
+    assert central >= recalibration.CENTRAL_HOLD - 0.01, central
     error = np.mean(np.abs(_moved(rows, layer, 0.5) - rows["truth"]))
     assert error < np.mean(np.abs(rows["anchor"] - rows["truth"]))
     assert error < np.mean(np.abs(rows[recalibration.raw_column(0.5)] - rows["truth"]))
