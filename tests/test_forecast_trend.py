@@ -114,3 +114,12 @@ def test_a_run_on_its_curve_keeps_its_forecast_centred_there(model: bg.FittedMod
     fc = model.forecast(run.head(1000), total_steps=2000, seed=0, calibrated=False)
     gap = np.median(fc.draws[:, -1] - fc.curves[:, -1])  # the wander and the departure now: centred on the curve
     assert abs(gap) < 0.02, gap
+
+
+def test_a_log_that_no_longer_moves_is_forecast_at_its_level_not_at_its_first_steps(model: bg.FittedModel) -> None:
+    # flat_no_signal logs exactly 0.2 from 10% of its plan on; a departure filter that remembered its noisy first
+    # steps put the forecast 0.002-0.004 off 0.2, outside an interval 0.001 wide.
+    for total in (250, 2000):
+        run = shapes.make_run("flat_no_signal", total, 0.08, seed=1)
+        fc = model.forecast(run.head(total // 2), total_steps=total, seed=0, calibrated=False)
+        assert abs(np.median(fc.draws[:, -1]) - 0.2) < 1e-3, total
