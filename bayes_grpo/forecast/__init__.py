@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -308,10 +308,11 @@ def _forecast_conditioned(
     if trend > 0:
         curves = trend_paths(config, prepared, curves, t_grid, t_last, rng, trend)
     drift = float(config.drift if drift is None else drift)
-    levels = curves
+    levels, departure = curves, np.zeros(n_draws)
     if drift > 0:
-        departure = _departure_now(config, prepared, p, drift * p["sigma"], rng) if prepared.steps.size else 0.0
-        levels = curves + np.where(t_grid >= t_last, 1.0, 0.0)[None] * np.asarray(departure).reshape(-1, 1)
+        if prepared.steps.size:  # the wander starts from where the run is at the cut
+            departure = _departure_now(config, prepared, p, drift * p["sigma"], rng)
+            levels = levels + (t_grid >= t_last)[None] * departure[:, None]
         levels = levels + _brownian_discrepancy(rng, t_grid, t_last, drift * p["sigma"], config.drift_df)
     current = expected_reward(config, np.array([t_last]), p) if last else r0
     plateau_t = plateau_progress(config.form, tau, beta)
@@ -340,6 +341,7 @@ def _forecast_conditioned(
         outside_population=conditioned.outside_population,
         seed=seed,
         uses_signal="gain_signal" in model.population_arrays(),
+        departure=prepared.unit * departure,
     )
     # The layer calibrates what the forecast shows (the draws: intervals, final reward, fan charts), from the model's
     # own forecast (its draws and its weight of a take-off ahead). The stop rule judges the remaining gain on the
@@ -362,7 +364,9 @@ def _grid(last: int, total: int, points: int = MAX_GRID_POINTS) -> np.ndarray:
     return grid.astype(float)
 
 
-def _departure_now(config: ModelConfig, prepared: PreparedRun, params: dict, scale: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def _departure_now(
+    config: ModelConfig, prepared: PreparedRun, params: Mapping[str, np.ndarray], scale: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
     """Each draw's departure from its curve at the last logged step, drawn from a Kalman filter of the log's residuals.
 
     The discrepancy the forecast lets wander after the cut (:func:`_brownian_discrepancy`, ``scale`` per unit

@@ -121,7 +121,10 @@ class Forecast:
     plateau_step : ndarray
         Per-draw step where the curve reaches 95% of its total gain.
     current : ndarray
-        Per-draw expected reward at the last logged step.
+        Per-draw expected reward at the last logged step (the curve's).
+    departure : ndarray or float
+        Per-draw departure of the run from that curve at the last logged step, where its wander starts: after the
+        cut a draw is its curve plus this plus its wander, so ``current + departure`` is where the run is now.
     prepared : PreparedRun
         The normalised run.
     ess : float
@@ -184,6 +187,7 @@ class Forecast:
     uses_signal: bool = False
     layer: Recalibration | None = field(default=None, repr=False)
     raw_draws: np.ndarray | None = field(default=None, repr=False)
+    departure: np.ndarray | float = 0.0
 
     def __post_init__(self) -> None:
         if self.layer is not None and self.raw_draws is None:
