@@ -393,8 +393,10 @@ def learn(rows: Any, fit_id: str = "", weights: Sequence[float] | None = None, l
         known = scale > 0
         return np.where(known, (truth - drawn_in[p]) / np.where(known, scale, 1.0), np.nan), np.where(known, scale / spread, 0.0)
 
+    missed = {p: misses(p) for p in LEVELS if p != 0.5}
+
     def offset(p: float) -> float:
-        miss, scale = misses(p)
+        miss, scale = missed[p]
         if p in OUTER_LEVELS:  # the tails hold their share of the truths: a quantile of the misses, counted by row
             return float(weighted_quantile(miss, learned_level(p), w))
         return float(weighted_quantile(miss, p, w * scale))  # the quantile score's minimiser (each row's loss is yardstick x miss)
@@ -403,7 +405,7 @@ def learn(rows: Any, fit_id: str = "", weights: Sequence[float] | None = None, l
     middle = LEVELS.index(0.5)  # offsets made monotone away from the median's 0, so quantiles keep their order
     offsets = [*np.minimum.accumulate(offsets[middle::-1])[::-1], *np.maximum.accumulate(offsets[middle:])[1:]]
     inner = LEVELS.index(0.25), LEVELS.index(0.75)
-    offsets[inner[1]] = _widened_to_hold(misses(0.25)[0], offsets[inner[0]], misses(0.75)[0], offsets[inner[1]], w)
+    offsets[inner[1]] = _widened_to_hold(missed[0.25][0], offsets[inner[0]], missed[0.75][0], offsets[inner[1]], w)
     record = {"rows": int(usable.sum()), "median_error_by_beta": {str(b): round(float(e), 4) for b, e in zip(BETA_GRID[::5], errors[::5])}}
     ordered = np.maximum.accumulate(offsets)
     return Recalibration(beta=beta, offsets=tuple(float(v) for v in ordered), fit_id=fit_id, learned_on={**record, **(learned_on or {})})

@@ -68,11 +68,11 @@ from bayes_grpo.forecast.conditioning import (
 from bayes_grpo.forecast.result import MATERIAL_NOISE, OUTSIDE_POPULATION_WARN, REGIMES, FinalReward, Forecast, within_shared_ceiling
 from bayes_grpo.forecast.trend import (
     TREND_CLEAR_SE, TREND_HORIZON, TREND_HORIZON_SD, TREND_MIN_POINTS, TREND_PRIOR, TREND_PRIOR_SD, TREND_WINDOW, linear_trend,
-    trend_paths, trend_weight,
+    step_noise_sd, trend_paths, trend_weight,
 )  # fmt: skip
 from bayes_grpo.logs import RunLog
 from bayes_grpo.population import PARAMS, PopulationPosterior, expected_reward, natural
-from bayes_grpo.prepare import LONG_PLAN_FACTOR, PreparedRun, bin_observations, noise_scale, prepare_run
+from bayes_grpo.prepare import LONG_PLAN_FACTOR, PreparedRun, bin_observations, prepare_run
 
 __all__ = [
     "DEFENSIVE_SHARE", "MATERIAL_NOISE", "MAX_GRID_POINTS", "MIN_ESS_FRACTION", "MIN_ESS_WARN", "N_PARTICLES", "OUTSIDE_POPULATION_WARN",
@@ -373,14 +373,14 @@ def _departure_now(
     progress) is there before it too: where the logged rewards have moved off the curve by the cut (a second climb
     under way, a collapse), the future starts from where the run is, not from where the curve is. The residuals of
     the (binned) log from each draw's curve are filtered as a random walk of that scale seen through the log's own
-    step noise (:func:`bayes_grpo.prepare.noise_scale`), innovations clipped at 3 SDs (the likelihood is Student-t
-    for the same reason: one wild batch does not move the level). A curve that runs through the recent steps keeps
+    step noise (:func:`~bayes_grpo.forecast.trend.step_noise_sd`), innovations clipped at 3 SDs (the likelihood is
+    Student-t for the same reason: one wild batch does not move the level). A curve that runs through the recent steps keeps
     a departure near 0. Without it a run mid-way up a second climb was forecast at its first plateau's level
     (the ``two_stage`` shape at 70% of its plan: median 0.48, last logged rewards about 0.75).
     """
     t, z, counts = bin_observations(prepared.t, prepared.z, config.forecast_bins)
     curve = expected_reward(config, t[None], {name: np.asarray(value)[:, None] for name, value in params.items()})
-    step_var = max(noise_scale(prepared.z), config.noise_floor) ** 2
+    step_var = step_noise_sd(config, prepared) ** 2
     rate = np.asarray(scale, dtype=float) ** 2
     mean, var = np.zeros(rate.size), np.zeros(rate.size)  # the curve's start is the run's: no departure at progress 0
     previous = 0.0

@@ -39,6 +39,12 @@ TREND_CLEAR_SE = 2.0
 TREND_MIN_POINTS = 4
 
 
+def step_noise_sd(config: ModelConfig, prepared: PreparedRun) -> float:
+    """The log's per-step noise in normalised units (:func:`bayes_grpo.prepare.noise_scale`), floored by the model's
+    ``noise_floor``: the noise the trend, its comparison with the curve and the departure at the cut see the log through."""
+    return max(noise_scale(prepared.z), config.noise_floor)
+
+
 def _window_split(prepared: PreparedRun) -> tuple[PreparedRun, np.ndarray] | None:
     """The run without its last :data:`TREND_WINDOW` of logged steps (same normalisation), and that window's
     mask; None when either part would have fewer than :data:`TREND_MIN_POINTS` steps."""
@@ -98,7 +104,8 @@ def trend_weight(model: PopulationPosterior, prepared: PreparedRun, conditioned:
     earlier, window = split
     config = model.model_config
     t_w, z_w, c_w = bin_observations(prepared.t[window], prepared.z[window], config.forecast_bins)
-    recent, recent_cov = linear_trend(t_w, z_w, c_w, max(noise_scale(prepared.z), config.noise_floor))
+    noise = step_noise_sd(config, prepared)
+    recent, recent_cov = linear_trend(t_w, z_w, c_w, noise)
     if recent[1] < TREND_CLEAR_SE * np.sqrt(recent_cov[1, 1]):
         return 0.0  # not clearly climbing now: there is no rise to carry on
     ll_w = log_likelihood(config, conditioned.theta, t_w, z_w, c_w)
@@ -108,11 +115,10 @@ def trend_weight(model: PopulationPosterior, prepared: PreparedRun, conditioned:
     curve = float(logsumexp_rows(np.asarray(without_window) + ll_w))
 
     t_e, z_e, c_e = bin_observations(earlier.t, earlier.z, config.forecast_bins)
-    step_sd = max(noise_scale(prepared.z), config.noise_floor)
     tail = max(TREND_MIN_POINTS, min(t_e.size, t_w.size))
-    mean, cov = _rising(*linear_trend(t_e[-tail:], z_e[-tail:], c_e[-tail:], step_sd))
+    mean, cov = _rising(*linear_trend(t_e[-tail:], z_e[-tail:], c_e[-tail:], noise))
     design = np.column_stack([np.ones_like(t_w), _decayed(t_w - t_e[-1])])
-    own = _low_rank_normal_logpdf(z_w, design @ mean, step_sd**2 / c_w, design, cov)
+    own = _low_rank_normal_logpdf(z_w, design @ mean, noise**2 / c_w, design, cov)
     return float(expit(np.log(prior) - np.log1p(-prior) + own - curve))
 
 
@@ -150,8 +156,7 @@ def trend_paths(
     t, z, counts = bin_observations(prepared.t[window], prepared.z[window], config.forecast_bins)
     if t.size < 2:
         return curves
-    step_sd = max(noise_scale(prepared.z), config.noise_floor)
-    mean, cov = _rising(*linear_trend(t, z, counts, step_sd))
+    mean, cov = _rising(*linear_trend(t, z, counts, step_noise_sd(config, prepared)))
     n = curves.shape[0]
     slopes = mean[1] + np.sqrt(cov[1, 1]) * rng.standard_normal(n)
     chosen = rng.random(n) < weight
