@@ -266,8 +266,9 @@ def _regimes_by_definition(fc: bg.Forecast) -> dict[str, float]:
     """The regime weights recomputed from the docstring's definitions, step by step."""
     window = fc.final_window_steps()
     first, last = float(fc.observed_steps[0]), float(fc.observed_steps[-1])
-    level_window = np.array([np.interp(window, fc.steps, d).mean() for d in fc.curves])
-    now = np.array([np.interp(last, fc.steps, d) for d in fc.curves])
+    levels = fc.curves + np.reshape(fc.departure, (-1, 1))  # each curve where the run is: moved by its departure
+    level_window = np.array([np.interp(window, fc.steps, d).mean() for d in levels])
+    now = np.array([np.interp(last, fc.steps, d) for d in levels])
     span = max(fc.total_steps - first, last - first, 1.0)
     kernel = np.exp(-0.5 * ((fc.observed_steps[:, None] - fc.observed_steps[None, :]) / (SMOOTHING_BANDWIDTH * span)) ** 2)
     best = np.maximum(now, np.max(kernel @ fc.observed_rewards / kernel.sum(axis=1)))
@@ -312,6 +313,16 @@ def test_a_run_that_fell_from_its_peak_is_in_decline(model) -> None:
     level = 0.1 + np.interp(t, [0, 0.1, 0.2, 1], [0, 0.6, 0.2, 0.2])
     fc = _quiet_forecast(model, _log(level + 0.03 * rng.standard_normal(200), total=200, reward_range=None).head(100))
     assert fc.regimes["decline"] > 0.85 and fc.regimes["take_off_ahead"] < 0.1
+
+
+def test_a_run_falling_steadily_after_its_rise_is_in_decline(model) -> None:
+    # Up to 0.7, then a steady fall from 45% of the plan (to 0.4 at its end), cut at 70%: the forecast starts from
+    # where the run has fallen to, and so do its regimes (judged on the curves alone: decline 0, plateau 1).
+    rng = np.random.default_rng(0)
+    t = np.arange(1, 251) / 250
+    level = 0.1 + 0.6 * (1 - np.exp(-t / 0.08)) - 0.3 * np.clip(t - 0.45, 0, None) / 0.55
+    fc = _quiet_forecast(model, _log(level + 0.03 * rng.standard_normal(250), total=250, reward_range=None).head(175))
+    assert fc.regimes["decline"] > 0.5 and fc.final.quantile(0.5) < 0.65, fc.regimes
 
 
 def test_a_run_not_yet_started_has_no_rise_so_far(model) -> None:

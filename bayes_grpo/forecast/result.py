@@ -347,14 +347,16 @@ class Forecast:
         """Posterior weights of three regimes: ``take_off_ahead``, ``plateau`` and ``decline`` (they sum to 1).
 
         Judged per draw of the expected reward's smooth part (:attr:`curves`: the
-        curve, or the run's own trend for the draws that follow it; neither the
-        model-discrepancy wander nor logging noise), in units of that draw's per-step noise
+        curve, or the run's own trend for the draws that follow it), moved by the draw's
+        :attr:`departure` (where the run is now, off its curve), without the wander ahead or
+        logging noise, in units of that draw's per-step noise
         :attr:`step_noise`: a change beyond ``m = MATERIAL_NOISE`` (1) noise SD
         is *material*.
 
-        * ``now``: the level at the last logged step;
+        * ``now``: the level at the last logged step, its curve's plus its departure;
         * ``window``: the mean level over :meth:`final_window_steps` (the
-          latent part of :attr:`final`); ``rise ahead``: ``window - now``;
+          latent part of :attr:`final` before the wander: the curve's plus the departure);
+          ``rise ahead``: ``window - now``;
         * ``best``: the larger of ``now`` and the highest smoothed logged reward
           (:func:`bayes_grpo.measures.smoothed`, kernel SD
           :data:`~bayes_grpo.settings.SMOOTHING_BANDWIDTH` of the planned steps).
@@ -365,8 +367,12 @@ class Forecast:
         come, whether the run takes off late or keeps climbing as it has. Otherwise
         it is a **plateau**: no material change is ahead. A run not yet started
         has no best.
+
+        Judged on the curves alone, a run that had fallen well below its best (a steady decline after a
+        rise, 70% of the plan in) got a decline weight of 0 and a plateau weight of 1, beside a forecast
+        that kept it down: its saturating curve stays at the level it rose to.
         """
-        levels = self.curves
+        levels = self.curves + np.reshape(self.departure, (-1, 1))
         window = self.mean_over(levels, self.final_window_steps())
         if self.observed_steps.size:
             now = self.mean_over(levels, self.observed_steps[-1:].astype(float))
