@@ -80,7 +80,9 @@ def setting_section(scores: pd.DataFrame, setting: str) -> list[str]:
         "interval holds the truth; above_q95 / below_q05: the truth above q95 / below q05; quantile_score: mean pinball loss "
         "over the run's 10-90% reward spread; width_90_median: 90% width over that spread; p_plateau, p_take_off_ahead, "
         "p_decline: mean weight of each regime of `Forecast.regimes` (p_plateau_max: the largest); stopped: share of the "
-        "cuts where `model.stop_decision` says stop.\n\n",
+        "cuts where `model.stop_decision` says stop. `flat_no_signal` logs one reward at every step from "
+        f"{shapes.NO_SIGNAL_FROM:.0%} of its plan on, so its 10-90% spread is about 0 and its scores over that spread "
+        "(quantile_score, width_90_median) say nothing.\n\n",
         markdown(summary[summary["fraction"].isin(SHOWN_CUTS)][TABLE]),
         "\n### Stop decisions at every cut\n\n",
         f"Share of the forecasts where the rule says stop. Dip shape: {int(dip['stop_in_dip'].sum())} stop(s) inside the dip "
