@@ -323,6 +323,9 @@ def test_a_run_falling_steadily_after_its_rise_is_in_decline(model) -> None:
     level = 0.1 + 0.6 * (1 - np.exp(-t / 0.08)) - 0.3 * np.clip(t - 0.45, 0, None) / 0.55
     fc = _quiet_forecast(model, _log(level + 0.03 * rng.standard_normal(250), total=250, reward_range=None).head(175))
     assert fc.regimes["decline"] > 0.5 and fc.final.quantile(0.5) < 0.65, fc.regimes
+    assert any("does not carry the fall on" in note for note in fc.caveats)
+    rising = _quiet_forecast(model, _log(level + 0.03 * rng.standard_normal(250), total=250, reward_range=None).head(100))
+    assert not any("fall" in note for note in rising.caveats)  # cut at 40%, before the fall
 
 
 def test_a_run_not_yet_started_has_no_rise_so_far(model) -> None:

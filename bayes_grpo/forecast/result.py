@@ -25,6 +25,8 @@ from bayes_grpo.forecast.conditioning import MIN_ESS_WARN, PARETO_K_MAX
 
 #: :attr:`Forecast.caveats` says a run lies outside the population above this posterior weight of the wide component.
 OUTSIDE_POPULATION_WARN = 0.5
+#: :attr:`Forecast.caveats` says a run has fallen and its fall is not forecast to carry on above this decline weight.
+DECLINE_WARN = 0.5
 #: A change of the reward level counts as material, for the regimes, beyond this many per-step noise SDs.
 MATERIAL_NOISE = 1.0
 #: Regimes reported by :attr:`Forecast.regimes`, in order.
@@ -213,8 +215,10 @@ class Forecast:
         A run whose latest steps gave GRPO no learning signal (every group's completions
         scored the same: :attr:`~bayes_grpo.prepare.PreparedRun.signal_exhausted`), a log
         without the GRPO signals the model reads, a plan more than
-        :data:`~bayes_grpo.prepare.LONG_PLAN_FACTOR` times the log, a run outside what the population has
-        seen (:attr:`outside_population` above :data:`OUTSIDE_POPULATION_WARN`), and
+        :data:`~bayes_grpo.prepare.LONG_PLAN_FACTOR` times the log, a run that has fallen below its best (a
+        decline weight of :attr:`regimes` above :data:`DECLINE_WARN`: the forecast starts where it fell to, and only a
+        rise carries on), a run outside what the population has seen (:attr:`outside_population` above
+        :data:`OUTSIDE_POPULATION_WARN`), and
         importance weights that stayed unreliable (Pareto k-hat above :data:`PARETO_K_MAX`, or
         fewer than :data:`MIN_ESS_WARN` effective draws).
         """
@@ -241,6 +245,12 @@ class Forecast:
                 f"the planned {self.total_steps} steps are {self.total_steps / self.observed_steps[-1]:.0f} times the "
                 f"{int(self.observed_steps[-1])} logged: the log shows nothing of where the plan ends, so the forecast of its "
                 "end is the population's, hardly this run's"
+            )
+        decline = self.regimes["decline"] if self.observed_steps.size else 0.0
+        if decline > DECLINE_WARN:
+            notes.append(
+                f"the run has fallen below its best smoothed reward (decline weight {decline:.2f}): the forecast starts where it "
+                "is now and does not carry the fall on, so a fall that goes on will end below it"
             )
         if self.outside_population > OUTSIDE_POPULATION_WARN:
             notes.append(
