@@ -352,9 +352,10 @@ class Forecast:
             samples = np.clip(samples, *self.prepared.bounds)
         return FinalReward(samples)
 
-    @property
+    @cached_property
     def regimes(self) -> dict[str, float]:
-        """Posterior weights of three regimes: ``take_off_ahead``, ``plateau`` and ``decline`` (they sum to 1).
+        """Posterior weights of three regimes: ``take_off_ahead``, ``plateau`` and ``decline`` (they sum to 1; computed
+        once per forecast: the CLI prints them, the caveats and the callback read them).
 
         Judged per draw of the expected reward's smooth part (:attr:`curves`: the
         curve, or the run's own trend for the draws that follow it), moved by the draw's
