@@ -594,7 +594,15 @@ def fit(
     diagnostics = _diagnose(idata, sconfig.sampler, seconds)
     if not diagnostics.ok:
         warnings.warn(
-            f"the fit may not have converged ({diagnostics}); run more draws/tune or check the runs"
+            f"the fit may not have converged ({diagnostics}); "
+            + (
+                f"the chains settled on different explanations of the curves of {', '.join(diagnostics.unmixed_runs[:5])}"
+                f"{' and others' if len(diagnostics.unmixed_runs) > 5 else ''} (a log far shorter than its plan, or a rise that "
+                "may be over or still under way, allows both), so the fit weighs them arbitrarily: fit without these runs and "
+                "compare, or with more chains (sampler_config={'chains': 4})"
+                if diagnostics.unmixed_runs
+                else "run more draws/tune or check the runs"
+            )
             + (
                 "; against divergences, model_config={'priors': {'spread_prior': 'gamma'}} may help"
                 if diagnostics.divergences and mconfig.priors.spread_prior != "gamma"

@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 from bayes_grpo.errors import ModelError
 from bayes_grpo.logs import RunLog
 from bayes_grpo.measures import cut, final_reward, horizon
-from bayes_grpo.sampling import steps_per_chain
+from bayes_grpo.sampling import UNMIXED_R_HAT, steps_per_chain
 from bayes_grpo.population import simulate
 from bayes_grpo.prepare import prepare_training_run
 from bayes_grpo.settings import STOP_THRESHOLD, STOP_TOLERANCE
@@ -379,6 +379,11 @@ def _diagnostics_section(model: FittedModel) -> list[str]:
             f"<p>Sampler <code>{html.escape(d.sampler)}</code>, {d.seconds:.0f} s: max r_hat {d.max_r_hat:.3f}, "
             f"min bulk ESS {d.min_ess_bulk:.0f}, <b>{d.divergences}</b> divergences — {verdict}.</p>"
         )
+        if d.unmixed_runs:
+            body.append(
+                "<p>The chains disagree on the curves of these runs (a per-run r_hat of at least "
+                f"{UNMIXED_R_HAT}), so the fit weighs their explanations arbitrarily: {html.escape(', '.join(d.unmixed_runs))}.</p>"
+            )
     if model.idata is not None and "diverging" in model.idata.get("sample_stats", {}):
         per_chain = model.idata.sample_stats["diverging"].sum("draw").values
         body.append(f"<p>Divergences per chain: {', '.join(str(int(v)) for v in per_chain)}.</p>")

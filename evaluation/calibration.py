@@ -742,10 +742,10 @@ def cached_fit_fold(
 
 
 def fold_health(model: FittedModel) -> dict[str, Any]:
-    """Sampler figures of a fold's fit: sampler, seconds, max r_hat, min bulk ESS, divergences."""
+    """Sampler figures of a fold's fit: sampler, seconds, max r_hat, min bulk ESS, divergences, and the runs the chains disagree on."""
     diagnostics = model.diagnostics
     names = ("sampler", "seconds", "max_r_hat", "min_ess_bulk", "divergences")
-    return {name: getattr(diagnostics, name, np.nan) for name in names}
+    return {name: getattr(diagnostics, name, np.nan) for name in names} | {"unmixed_runs": " ".join(getattr(diagnostics, "unmixed_runs", ()))}
 
 
 def run_fold(job: FoldJob) -> tuple[pd.DataFrame, dict[str, Any], FittedModel]:

@@ -6,6 +6,7 @@ import json
 import shutil
 import warnings
 
+import arviz as az
 import h5netcdf
 import numpy as np
 import pandas as pd
@@ -17,7 +18,7 @@ from bayes_grpo.config import ModelConfig, SamplerConfig, merge
 from bayes_grpo.curves import fit_paper_law, reward_curve
 from bayes_grpo.errors import ModelError
 from bayes_grpo.model import DEFAULT_MODEL_PATH, FORMAT_ATTR, FORMAT_VERSION
-from bayes_grpo.sampling import NON_CENTRED_TARGET_ACCEPT, target_accept
+from bayes_grpo.sampling import NON_CENTRED_TARGET_ACCEPT, _diagnose, target_accept
 from bayes_grpo.population import MIXED_MIN_RUNS, MODEL_VERSION, OFFSETS, SHEARED_GAIN
 from bayes_grpo.pymc_model import build_model, resolve_parameterisation
 from bayes_grpo.prepare import LONG_PLAN_FACTOR, prepare_run
@@ -97,6 +98,27 @@ def test_save_load_round_trip(simulated_fit, tmp_path):
     compact = bg.load_model(model.save(tmp_path / "compact" / "m.nc", full=False))
     assert compact.idata is None and set(compact.population.data_vars) == set(model.population.data_vars)
     assert (tmp_path / "compact" / "m.nc").stat().st_size < path.stat().st_size
+
+
+@pytest.mark.slow
+def test_diagnostics_name_the_runs_the_chains_disagree_on(simulated_fit, tmp_path):
+    # The simulated fit's own draws, with one run's curve moved in its second chain: what a run
+    # with two explanations looks like when each chain settles on one of them.
+    model, runs, _ = simulated_fit
+    posterior = model.idata.posterior.copy(deep=True)
+    split = runs[3].run_id
+    moved = posterior["tau"].loc[{"run": split}]
+    posterior["tau"].loc[{"chain": 1, "run": split}] = moved.sel(chain=1) + 6 * float(moved.std())
+    diag = _diagnose(az.InferenceData(posterior=posterior, sample_stats=model.idata.sample_stats), "nutpie", 1.0)
+    assert diag.unmixed_runs[0] == split and not diag.ok
+    assert split not in model.diagnostics.unmixed_runs
+    assert f"chains disagree on runs: {', '.join(diag.unmixed_runs)}" in str(diag)
+    # The names travel with the model file.
+    model.diagnostics, kept = diag, model.diagnostics
+    try:
+        assert bg.load_model(model.save(tmp_path / "m.nc", full=False)).diagnostics == diag
+    finally:
+        model.diagnostics = kept
 
 
 def test_load_model_refuses_what_is_not_a_model_file(tmp_path):
