@@ -47,7 +47,7 @@ class FitDiagnostics:
         :data:`UNMIXED_R_HAT`), worst first. Such a run has two explanations the chains settled on
         separately, so the fit weighs them arbitrarily: in a fold of the calibration benchmark (seed 2),
         a verl run that logged 199 of its 1,450 planned steps, quick rise then slow creep, was a plateau
-        in one chain and a rise still under way in the other (r_hat 1.44, bulk ESS 4).
+        in one chain and a rise still under way in the other (r_hat 1.43, bulk ESS 4).
     """
 
     max_r_hat: float
