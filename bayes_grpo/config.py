@@ -279,7 +279,10 @@ class SamplerConfig:
         a smallest bulk ESS of 444-727 over every variable with max r_hat 1.005-1.008 and no
         divergence in 46-53 s of sampling with compilation at nine seeds of eleven (two seeds
         leave one per-run variable at ESS 293-305; 2 x 2000 draws give ESS 233-385;
-        ``benchmarks/results/fit_scaling.notes.md``).
+        ``benchmarks/results/fit_scaling.notes.md``). On the 283 runs at seeds 1-3: max r_hat
+        1.003-1.007 and no divergence, but a smallest bulk ESS of 266 at seed 1, and 328 s at seed 2,
+        whose slower chain adapted a step size that takes 178 leapfrog steps per draw
+        (``docs/notes/2026-12-07-replicates-and-noise-rule.md``).
     chains : int
         Number of chains (2).
     sampler : str or None
