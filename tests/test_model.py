@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import warnings
@@ -114,11 +115,8 @@ def test_diagnostics_name_the_runs_the_chains_disagree_on(simulated_fit, tmp_pat
     assert split not in model.diagnostics.unmixed_runs
     assert f"chains disagree on runs: {', '.join(diag.unmixed_runs)}" in str(diag)
     # The names travel with the model file.
-    model.diagnostics, kept = diag, model.diagnostics
-    try:
-        assert bg.load_model(model.save(tmp_path / "m.nc", full=False)).diagnostics == diag
-    finally:
-        model.diagnostics = kept
+    with_names = dataclasses.replace(model, diagnostics=diag)
+    assert bg.load_model(with_names.save(tmp_path / "m.nc", full=False)).diagnostics == diag
 
 
 def test_load_model_refuses_what_is_not_a_model_file(tmp_path):
