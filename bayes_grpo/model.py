@@ -593,24 +593,17 @@ def fit(
             pm.compute_log_likelihood(idata, progressbar=False)
     diagnostics = _diagnose(idata, sconfig.sampler, seconds)
     if not diagnostics.ok:
-        warnings.warn(
-            f"the fit may not have converged ({diagnostics}); "
-            + (
-                f"the chains settled on different explanations of the curves of {', '.join(diagnostics.unmixed_runs[:5])}"
-                f"{' and others' if len(diagnostics.unmixed_runs) > 5 else ''} (a log far shorter than its plan, or a rise that "
-                "may be over or still under way, allows both), so the fit weighs them arbitrarily: fit without these runs and "
-                "compare, or with more chains (sampler_config={'chains': 4})"
-                if diagnostics.unmixed_runs
-                else "run more draws/tune or check the runs"
+        advice = "run more draws/tune or check the runs"
+        if diagnostics.unmixed_runs:  # named in the diagnostics
+            advice = (
+                "run more draws/tune; if the chains still disagree on the runs named, each settled on a different explanation "
+                "of their curves (a log far shorter than its plan, or a rise that may be over or still under way, allows both) "
+                "and the fit weighs them arbitrarily: fit without these runs and compare, or with more chains "
+                "(sampler_config={'chains': 4})"
             )
-            + (
-                "; against divergences, model_config={'priors': {'spread_prior': 'gamma'}} may help"
-                if diagnostics.divergences and mconfig.priors.spread_prior != "gamma"
-                else ""
-            ),
-            RuntimeWarning,
-            stacklevel=2,
-        )
+        if diagnostics.divergences and mconfig.priors.spread_prior != "gamma":
+            advice += "; against divergences, model_config={'priors': {'spread_prior': 'gamma'}} may help"
+        warnings.warn(f"the fit may not have converged ({diagnostics}); {advice}", RuntimeWarning, stacklevel=2)
     population = idata.posterior[[v for v in POPULATION_VARS if v in idata.posterior]]
     return FittedModel(
         population=population.load(),

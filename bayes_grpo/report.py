@@ -381,8 +381,8 @@ def _diagnostics_section(model: FittedModel) -> list[str]:
         )
         if d.unmixed_runs:
             body.append(
-                "<p>The chains disagree on the curves of these runs (a per-run r_hat of at least "
-                f"{UNMIXED_R_HAT}), so the fit weighs their explanations arbitrarily: {html.escape(', '.join(d.unmixed_runs))}.</p>"
+                f"<p>The chains disagree on the curves of these runs (a per-run r_hat of at least {UNMIXED_R_HAT}; "
+                f"see the fit's warning): {html.escape(', '.join(d.unmixed_runs))}.</p>"
             )
     if model.idata is not None and "diverging" in model.idata.get("sample_stats", {}):
         per_chain = model.idata.sample_stats["diverging"].sum("draw").values

@@ -44,10 +44,11 @@ class FitDiagnostics:
         (e.g. to a run whose reward moves in one step) and makes the fit slow.
     unmixed_runs : tuple of str
         Runs whose curve parameters the chains disagree on (a per-run r_hat of at least
-        :data:`UNMIXED_R_HAT`), worst first. Such a run has two explanations the chains settled on
-        separately, so the fit weighs them arbitrarily: in a fold of the calibration benchmark (seed 2),
-        a verl run that logged 199 of its 1,450 planned steps, quick rise then slow creep, was a plateau
-        in one chain and a rise still under way in the other (r_hat 1.43, bulk ESS 4).
+        :data:`UNMIXED_R_HAT`), worst first. Short sampling can leave any run so; at the defaults such a run
+        has two explanations the chains settled on separately, so the fit weighs them arbitrarily: in a fold
+        of the calibration benchmark (seed 2), a verl run that logged 199 of its 1,450 planned steps, quick
+        rise then slow creep, was a plateau in one chain and a rise still under way in the other (r_hat 1.43,
+        bulk ESS 4).
     """
 
     max_r_hat: float

@@ -43,8 +43,8 @@ BAD_REGRET = 0.05
 #: Levels of each plateau test replayed.
 CURVE_LEVELS = (0.9, 0.95, 0.97, 0.98, 0.99, 0.995)
 NOISE_LEVELS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.97)
-#: Reasons the package's rule settles before its plateau test (the test replayed never changes them).
-SETTLED = ("end", "early", "no_signal", "flat", "rising")
+#: The package's reasons that come from its plateau test, the one part of the rule replaced here.
+PLATEAU_TEST = ("plateau", "gain")
 
 
 def smoother_noise(trace: RunTrace, check: int) -> float:
@@ -68,7 +68,7 @@ def decisions(trace: RunTrace, test: str, level: float) -> np.ndarray:
     out = []
     for check, evidence in enumerate(trace.evidence):
         reason = stop_reason(evidence)
-        if reason in SETTLED or evidence.in_dip:
+        if reason not in PLATEAU_TEST:
             out.append(reason in STOP_REASONS)
         elif test == "curve":
             out.append(evidence.probability(STOP_TOLERANCE) >= level)
