@@ -64,7 +64,7 @@ SHOWN_SIGNALS = {
 }
 _PER_FUNCTION = re.compile(r"rewards/(.+)/mean")
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
-_TEXT_SUFFIXES = (".csv", ".tsv", ".jsonl", ".ndjson", ".txt", ".log")
+_TEXT_SUFFIXES = (".csv", ".tsv", ".jsonl", ".ndjson", ".txt", ".log", ".out", ".err")
 
 
 @dataclass(frozen=True)

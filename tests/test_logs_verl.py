@@ -76,6 +76,26 @@ def test_forecast_says_the_learning_signal_is_missing(tmp_path):
     assert any("no reward_std" in note and "learning signal" in note for note in fc.caveats)
 
 
+def test_a_score_capped_at_every_step_keeps_the_forecast_within_it(tmp_path):
+    # SLURM's job output, as verl runs on a cluster: every step's best and worst completion scored 1 and 0
+    log = tmp_path / "slurm-6231820.out"
+    log.write_text(console(range(1, 31), total=400))
+    run = bg.read_log(log)
+    assert {"completions/max_reward", "completions/min_reward"} <= set(run.signals)
+    fc = bg.default_model().forecast(run, seed=0)
+    assert fc.prepared.reward_ceiling == 1.0 and fc.final.samples.max() <= 1.0
+    assert any("bounded by 0 and 1" in note and "some completion 1 and some 0" in note for note in fc.caveats)
+
+
+def test_a_best_completion_that_moves_shows_no_cap(tmp_path):
+    log = tmp_path / "verl.log"
+    text = console(range(1, 31), total=400)
+    log.write_text(text.replace("critic/score/max:1.0 - ", "critic/score/max:1.25 - ", 1))  # one step's best scored above 1
+    fc = bg.default_model().forecast(bg.read_log(log), seed=0)
+    assert fc.prepared.reward_ceiling is None and fc.prepared.bounds is None
+    assert not any("bounded by" in note for note in fc.caveats)
+
+
 def test_jsonl_file_logger(tmp_path):
     log = tmp_path / "verl_grpo.jsonl"
     with log.open("w") as fp:  # verl/utils/tracking.py FileLogger.log: orjson.dumps({"step": step, "data": data}) + b"\n"

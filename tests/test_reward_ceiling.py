@@ -11,7 +11,15 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import bayes_grpo as bg
-from bayes_grpo.prepare import LATTICE_MAX_COMPLETIONS, binary_reward_ceiling, prepare_run, reward_ceiling, saturated_outcome_ceiling
+from bayes_grpo.prepare import (
+    CEILING_MIN_STEPS,
+    LATTICE_MAX_COMPLETIONS,
+    binary_reward_ceiling,
+    completion_range_ceiling,
+    prepare_run,
+    reward_ceiling,
+    saturated_outcome_ceiling,
+)
 
 EXTERNAL = Path(__file__).resolve().parents[2] / "shared" / "external_runs" / "runs"
 BINARY_SWEEP = sorted(EXTERNAL.glob("sunshine535_qwen2.5-7b_gsm8k_exp*.csv"))
@@ -97,3 +105,37 @@ def test_a_real_0_or_1_sweep_logged_by_an_old_trl_is_ranked_within_0_to_1() -> N
         assert fc.prepared.bounds == (0.0, pytest.approx(1.0)) and fc.draws.max() <= 1.0
         if fc.run_id not in shown:
             assert any("of the sweep shows it" in note for note in fc.caveats)
+
+
+@settings(max_examples=60, deadline=None)
+@given(k=st.floats(0.01, 100.0), steps=st.integers(CEILING_MIN_STEPS, 200), seed=st.integers(0, 2**16), moved=st.floats(1e-4, 0.5))
+def test_the_ceiling_is_the_best_completion_every_step_reached(k: float, steps: int, seed: int, moved: float) -> None:
+    rng = np.random.default_rng(seed)
+    means = rng.uniform(0.0, k, steps)
+    best, worst = np.full(steps, k), np.zeros(steps)
+    assert completion_range_ceiling(means, best, worst) == k
+    assert reward_ceiling(means, None, (best, worst))[0] == k
+    step = int(rng.integers(steps))
+    above, below = best.copy(), best.copy()
+    above[step], below[step] = k * (1 + moved), k * (1 - moved)
+    assert completion_range_ceiling(means, above, worst) is None  # a step's best above k: the cap is not k
+    assert completion_range_ceiling(means, below, worst) is None  # a best that moves: a continuous reward, no cap shown
+    lifted = worst.copy()
+    lifted[step] = k * moved
+    assert completion_range_ceiling(means, best, lifted) is None  # a worst above 0 at some step
+    assert completion_range_ceiling(means[: CEILING_MIN_STEPS - 1], best[: CEILING_MIN_STEPS - 1], worst[: CEILING_MIN_STEPS - 1]) is None
+
+
+def test_a_forecast_nothing_bounds_says_so_and_a_declared_range_bounds_it() -> None:
+    rng = np.random.default_rng(0)
+    steps = np.arange(1, 41)
+    rewards = np.clip(0.1 + 0.002 * steps + rng.normal(0, 0.03, steps.size), 0, None)  # a flat 0/1 accuracy, 40 of 400 steps
+    run = bg.read_log(pd.DataFrame({"step": steps, "reward": rewards}), total_steps=400)
+    model = bg.default_model()
+    fc = model.forecast(run, seed=0)
+    q95, ranges = fc.unbounded_tail()
+    assert q95 == pytest.approx(fc.final.quantile(0.95)) and ranges > 1.0
+    assert any("nothing bounds the reward" in note for note in fc.caveats)
+    bounded = model.forecast(run, seed=0, reward_range=(0.0, 1.0))
+    assert bounded.unbounded_tail() is None and bounded.final.samples.max() <= 1.0
+    assert not any("nothing bounds" in note for note in bounded.caveats)

@@ -29,6 +29,9 @@ OUTSIDE_POPULATION_WARN = 0.5
 DECLINE_WARN = 0.5
 #: A change of the reward level counts as material, for the regimes, beyond this many per-step noise SDs.
 MATERIAL_NOISE = 1.0
+#: :attr:`Forecast.caveats` advises declaring a reward range when nothing bounds the final reward and its 95% quantile
+#: lies more than this many times the logged rewards' range above the best logged reward.
+UNBOUNDED_TAIL_WARN = 1.0
 #: Regimes reported by :attr:`Forecast.regimes`, in order.
 REGIMES = ("take_off_ahead", "plateau", "decline")
 # Second entry of the seed of the logging noise in Forecast.window_reward (apart from the sampler's streams).
@@ -218,8 +221,8 @@ class Forecast:
         :data:`~bayes_grpo.prepare.LONG_PLAN_FACTOR` times the log, a run that has fallen below its best (a
         decline weight of :attr:`regimes` above :data:`DECLINE_WARN`: the forecast starts where it fell to, and only a
         rise carries on), a run outside what the population has seen (:attr:`outside_population` above
-        :data:`OUTSIDE_POPULATION_WARN`), and
-        importance weights that stayed unreliable (Pareto k-hat above :data:`PARETO_K_MAX`, or
+        :data:`OUTSIDE_POPULATION_WARN`), a final reward whose upper tail nothing bounds and that lies far above the
+        best logged reward (:meth:`unbounded_tail`), and importance weights that stayed unreliable (Pareto k-hat above :data:`PARETO_K_MAX`, or
         fewer than :data:`MIN_ESS_WARN` effective draws).
         """
         notes = []
@@ -237,8 +240,15 @@ class Forecast:
             )
         if prepared.kind == "learned" and prepared.reward_ceiling is not None:
             notes.append(
-                f"the rewards look like 0-or-{prepared.reward_ceiling:.2g} outcomes ({prepared.ceiling_evidence}): the forecast stays within "
+                f"the reward looks bounded by 0 and {prepared.reward_ceiling:.3g} ({prepared.ceiling_evidence}): the forecast stays within "
                 f"0 to {prepared.reward_ceiling:.3g}; pass reward_range=(min, max) if that is wrong"
+            )
+        unbounded = self.unbounded_tail()
+        if unbounded is not None:
+            notes.append(
+                f"nothing bounds the reward, so the final reward's 95% quantile ({unbounded[0]:.3g}) lies {unbounded[1]:.1f} times the logged "
+                "rewards' range above the best logged reward, room for a late take-off; if the reward cannot exceed a maximum (an accuracy's 1, a sum of capped reward functions), "
+                "pass reward_range=(min, max) and the forecast stays within it"
             )
         if self.observed_steps.size and self.total_steps > LONG_PLAN_FACTOR * self.observed_steps[-1]:
             notes.append(
@@ -262,6 +272,24 @@ class Forecast:
         elif self.ess < MIN_ESS_WARN:
             notes.append(f"the forecast rests on about {self.ess:.0f} effective draws (fewer than {MIN_ESS_WARN}): its quantiles are rough")
         return notes
+
+    def unbounded_tail(self) -> tuple[float, float] | None:
+        """The final reward's 95% quantile and how many logged ranges it lies above the best logged reward, when no
+        reward range bounds the forecast (declared or inferred: :attr:`PreparedRun.bounds`) and that is more than
+        :data:`UNBOUNDED_TAIL_WARN` ranges; None otherwise.
+
+        The calibrated upper tail leaves room for a late take-off, which an accuracy or a sum of capped reward
+        functions cannot always take: a 0/1 score forecast from 20% of its plan got a 95% quantile of 1.5. Only the
+        user knows such a maximum when the log does not show it.
+        """
+        if self.prepared.bounds is not None or self.observed_rewards.size < 2:
+            return None
+        top = float(np.max(self.observed_rewards))
+        width = top - float(np.min(self.observed_rewards))
+        q95 = self.final.quantile(0.95)
+        if width <= 0 or q95 <= top + UNBOUNDED_TAIL_WARN * width:
+            return None
+        return q95, (q95 - top) / width
 
     @property
     def raw(self) -> Forecast:

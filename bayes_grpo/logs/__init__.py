@@ -82,6 +82,8 @@ def _one(reader: Callable[[Path, str | None], tuple[pd.DataFrame, dict]]) -> Cal
 _READERS: dict[str, Callable[[Path, str | None], _Raw]] = {
     ".json": _one(read_json), ".jsonl": _one(read_jsonl), ".ndjson": _one(read_jsonl), ".csv": read_csv_runs,
     ".tsv": read_csv_runs, ".txt": _one(_console), ".log": _one(_console), ".ipynb": _one(read_notebook),
+    # a batch scheduler's job output (SLURM's slurm-<job>.out and .err) is the console's
+    ".out": _one(_console), ".err": _one(_console),
 }  # fmt: skip
 
 LOG_SUFFIXES = tuple(_READERS)

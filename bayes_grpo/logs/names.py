@@ -16,7 +16,9 @@ _COLUMN_ALIASES = {
 #: What the RL trainers beyond TRL call the same signals (:mod:`bayes_grpo.logs.trainers`). verl
 #: (``verl/trainer/ppo/metric_utils.py``, ``verl/workers/actor/dp_actor.py``): the reward functions' score is
 #: ``critic/score/mean`` (``critic/rewards/mean`` is it less verl's in-reward KL penalty, kept under its own name),
-#: PPO's clipped share of the policy ratio ``actor/pg_clipfrac``, the KL to the reference ``actor/kl_loss``.
+#: PPO's clipped share of the policy ratio ``actor/pg_clipfrac``, the KL to the reference ``actor/kl_loss``, and the
+#: best and worst score of a step's completions ``critic/score/max`` and ``/min`` (``completions/max_reward``,
+#: ``completions/min_reward``: they can show where the reward is capped, :func:`bayes_grpo.prepare.completion_range_ceiling`).
 #: OpenRLHF (``openrlhf/trainer/ppo_utils/experience_maker.py``, ``openrlhf/trainer/ray/ppo_actor.py``): the
 #: within-group reward spread ``group_reward_std`` (its ``rollout/reward_std`` is over the whole batch, prompts
 #: mixed, so it is no learning signal and keeps its own name). NeMo-RL (``nemo_rl/experience/rollouts.py``,
@@ -24,7 +26,8 @@ _COLUMN_ALIASES = {
 #: ``approx_entropy``, ``kl_penalty``.
 _TRAINER_ALIASES = {
     # verl
-    "critic/score/mean": "reward", "response_length/mean": "completions/mean_length",
+    "critic/score/mean": "reward", "critic/score/max": "completions/max_reward", "critic/score/min": "completions/min_reward",
+    "response_length/mean": "completions/mean_length",
     "response_length/clip_ratio": "completions/clipped_ratio", "actor/pg_clipfrac": "clip_ratio/region_mean",
     "actor/entropy": "entropy", "actor/kl_loss": "kl", "actor/grad_norm": "grad_norm", "actor/lr": "learning_rate",
     "training/epoch": "epoch",
