@@ -184,6 +184,13 @@ def forecast_table(cuts: Sequence[tuple[RunLog, float, RunLog, Forecast]]) -> pd
     return pd.DataFrame(rows)
 
 
+def caveat_list(cuts: Sequence[tuple[RunLog, float, RunLog, Forecast]]) -> str:
+    """The caveats of the forecasts of :func:`forecast_cuts` (:attr:`Forecast.caveats`), each named by its run and
+    cut, as an HTML list ("" when there are none): what a forecast cannot see belongs beside its numbers."""
+    items = [f"<li><code>{html.escape(run.run_id)}</code> from {frac:.0%}: {html.escape(note)}</li>" for run, frac, _, fc in cuts for note in fc.caveats]
+    return f"<p>Caveats of these forecasts:</p><ul>{''.join(items)}</ul>" if items else ""
+
+
 def _forecast_section(model: FittedModel, shown: Sequence[RunLog], progress: bool) -> list[str]:
     cuts = forecast_cuts(model, shown, FORECAST_FRACTIONS, progress)
     return [
@@ -194,6 +201,7 @@ def _forecast_section(model: FittedModel, shown: Sequence[RunLog], progress: boo
         "posterior weights of the regimes: take-off still ahead, plateau, decline after the best level so far; "
         "and the importance sampler's health (ESS of 3,000 particles; Pareto k above 0.7 means unreliable weights).</p>",
         _table(forecast_table(cuts), index=False),
+        caveat_list(cuts),
     ]
 
 

@@ -8,9 +8,11 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from bayes_grpo.report import write_report
+import bayes_grpo as bg
+from bayes_grpo.report import caveat_list, forecast_cuts, write_report
 
 pytestmark = pytest.mark.slow
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser") if shutil.which(n)), None)
@@ -111,3 +113,15 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     assert found, dom[-500:]
     loaded, total = map(int, found.groups())
     assert total >= 7 and loaded == total
+
+
+def test_the_forecasts_caveats_are_listed_beside_them() -> None:
+    steps = np.arange(1, 401)
+    rewards = 0.1 + 0.7 / (1 + np.exp(-(steps - 250) / 20)) + np.random.default_rng(0).normal(0, 0.03, steps.size)
+    run = bg.read_log(pd.DataFrame({"step": steps, "reward": rewards}), total_steps=400, run_id="late-riser")
+    cuts = forecast_cuts(bg.default_model(), [run], (0.2,), progress=False)
+    listed = caveat_list(cuts)
+    notes = cuts[0][3].caveats
+    assert any("nothing bounds the reward" in note for note in notes)  # a late take-off's head, no range declared
+    assert listed.count("<li><code>late-riser</code> from 20%: ") == len(notes)
+    assert caveat_list([]) == ""
