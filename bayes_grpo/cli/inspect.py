@@ -99,6 +99,9 @@ def _summary(run: RunLog) -> str:
         ("GRPO signals missing", ", ".join(name for name in GRPO_SIGNALS if name not in grpo) or "-"),
         ("fields missing", ", ".join(k for k, v in wanted.items() if v is None) or "-"),
     ]
+    cap = _cap_read_from_log(run)
+    if cap:
+        rows.insert(rows.index(("reward functions", functions or "-")), ("reward capped at", cap))
     if run.metric != "reward":
         label = run.metric + (" (lower is better)" if run.direction == "minimize" else "")
         rows.insert(1, ("metric", label))
@@ -111,6 +114,18 @@ def _summary(run: RunLog) -> str:
     width = max(len(name) for name, _ in shown)
     listing = "\n".join(f"  {name:<{width}}  {how}" for name, how in shown)
     return f"{table}\nmetrics (forecast one with --metric NAME):\n{listing}"
+
+
+def _cap_read_from_log(run: RunLog) -> str:
+    """The reward's cap a forecast reads off a log without a declared range (:func:`bayes_grpo.prepare.reward_ceiling`),
+    with what showed it; "" when there is none."""
+    from bayes_grpo.prepare import completion_scores, metric_spread, reward_ceiling
+
+    rewards = run.rewards
+    if run.metric != "reward" or run.meta.reward_range is not None or not rewards.size or np.nanmin(rewards) < 0:
+        return ""
+    found = reward_ceiling(rewards, metric_spread(run), completion_scores(run))
+    return f"{found[0]:.4g}, read from the log ({found[1]}): forecasts stay within 0 to {found[0]:.4g}" if found else ""
 
 
 def _logging_frequency(steps: np.ndarray, values: np.ndarray) -> str:
