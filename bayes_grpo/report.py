@@ -187,7 +187,9 @@ def forecast_table(cuts: Sequence[tuple[RunLog, float, RunLog, Forecast]]) -> pd
 def caveat_list(cuts: Sequence[tuple[RunLog, float, RunLog, Forecast]]) -> str:
     """The caveats of the forecasts of :func:`forecast_cuts` (:attr:`Forecast.caveats`), each named by its run and
     cut, as an HTML list ("" when there are none): what a forecast cannot see belongs beside its numbers."""
-    items = [f"<li><code>{html.escape(run.run_id)}</code> from {frac:.0%}: {html.escape(note)}</li>" for run, frac, _, fc in cuts for note in fc.caveats]
+    items = [
+        f"<li><code>{html.escape(run.run_id)}</code> from {frac:.0%}: {html.escape(note)}</li>" for run, frac, _, fc in cuts for note in fc.caveats
+    ]
     return f"<p>Caveats of these forecasts:</p><ul>{''.join(items)}</ul>" if items else ""
 
 

@@ -222,8 +222,8 @@ class Forecast:
         decline weight of :attr:`regimes` above :data:`DECLINE_WARN`: the forecast starts where it fell to, and only a
         rise carries on), a run outside what the population has seen (:attr:`outside_population` above
         :data:`OUTSIDE_POPULATION_WARN`), a final reward whose upper tail nothing bounds and that lies far above the
-        best logged reward (:meth:`unbounded_tail`), and importance weights that stayed unreliable (Pareto k-hat above :data:`PARETO_K_MAX`, or
-        fewer than :data:`MIN_ESS_WARN` effective draws).
+        best logged reward (:meth:`unbounded_tail`), and importance weights that stayed unreliable (Pareto k-hat
+        above :data:`PARETO_K_MAX`, or fewer than :data:`MIN_ESS_WARN` effective draws).
         """
         notes = []
         prepared = self.prepared
@@ -246,9 +246,10 @@ class Forecast:
         unbounded = self.unbounded_tail()
         if unbounded is not None:
             notes.append(
-                f"nothing bounds the reward, so the final reward's 95% quantile ({unbounded[0]:.3g}) lies {unbounded[1]:.1f} times the logged "
-                "rewards' range above the best logged reward, room for a late take-off; if the reward cannot exceed a maximum (an accuracy's 1, a sum of capped reward functions), "
-                "pass reward_range=(min, max) and the forecast stays within it"
+                f"nothing bounds the reward, so the final reward's 95% quantile ({unbounded[0]:.3g}) lies {unbounded[1]:.1f} "
+                "times the logged rewards' range above the best logged reward, room for a late take-off; if the reward "
+                "cannot exceed a maximum (an accuracy's 1, a sum of capped reward functions), pass reward_range=(min, max) "
+                "and the forecast stays within it"
             )
         if self.observed_steps.size and self.total_steps > LONG_PLAN_FACTOR * self.observed_steps[-1]:
             notes.append(
@@ -279,8 +280,9 @@ class Forecast:
         :data:`UNBOUNDED_TAIL_WARN` ranges; None otherwise.
 
         The calibrated upper tail leaves room for a late take-off, which an accuracy or a sum of capped reward
-        functions cannot always take: a 0/1 score forecast from 20% of its plan got a 95% quantile of 1.5. Only the
-        user knows such a maximum when the log does not show it.
+        functions cannot always take: a verl run's 0/1 score, read without its completions' best and worst scores and
+        forecast from step 60 of 1,450, had a 95% quantile of 3.5. Only the user knows such a maximum when the log
+        does not show it.
         """
         if self.prepared.bounds is not None or self.observed_rewards.size < 2:
             return None
