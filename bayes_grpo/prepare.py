@@ -298,7 +298,7 @@ def completion_range_ceiling(rewards: np.ndarray, completion_max: np.ndarray | N
     of them scored some completion ``k`` and some 0, and no logged mean exceeds ``k``, the scores are capped at ``k``:
     a reward that could go higher would have shown it at one of those steps. A verl GSM8K run with a 0/1 score logs a
     best of 1.0 and a worst of 0.0 at every step, and without the cap its forecast from step 60 of 1,450 had a 95%
-    quantile of 3.5. A best that changes from step to step (a continuous reward) or a worst above 0 gives no ceiling.
+    quantile of 3.5. A best that changes from step to step (a continuous reward) or a worst other than 0 gives no ceiling.
     """
     if completion_max is None or completion_min is None:
         return None
