@@ -62,6 +62,7 @@ from scipy.stats import norm
 
 from bayes_grpo.errors import ModelError, PlanError
 from bayes_grpo.forecast import Forecast, forecast_many, within_shared_ceiling
+from bayes_grpo.forecast.result import sweep_caveats
 from bayes_grpo.logs import RunLog
 from bayes_grpo.logs.plan import planned_length
 from bayes_grpo.measures import final_reward, reward_spread
@@ -386,9 +387,10 @@ class Ranking:
 
     @property
     def caveats(self) -> list[str]:
-        """Plain-language warnings about the ranking (empty when there are none): each forecast's own
-        caveats (rough draws, a run outside the population, a missing learning signal), with its run id."""
-        return [f"{run_id}: {note}" for run_id, fc, done in zip(self.run_ids, self.forecasts, self.finished) if not done for note in fc.caveats]
+        """Plain-language warnings about the ranking (empty when there are none): the caveats of the forecasts of the runs
+        still going (rough draws, a run outside the population, a missing learning signal), with their run ids
+        (:func:`~bayes_grpo.forecast.result.sweep_caveats`)."""
+        return sweep_caveats([(run_id, fc) for run_id, fc, done in zip(self.run_ids, self.forecasts, self.finished) if not done])
 
     @property
     def p_best(self) -> pd.Series:

@@ -56,4 +56,7 @@ def test_rough_draws_become_caveats():
     runs = [bg.read_log(pd.DataFrame({"step": np.arange(1, 61), "reward": 0.3 + 0.4 * (1 - np.exp(-np.arange(60) / (10 + 5 * i))) + 0.01 * rng.standard_normal(60)}), run_id=f"r{i}", total_steps=100) for i in range(3)]
     ranking = model.rank(runs, seed=0)
     expected = [f"{run_id}: {note}" for run_id, fc in zip(ranking.run_ids, ranking.forecasts) for note in fc.caveats]
-    assert ranking.caveats == expected
+    # the advice to declare a range nothing bounds comes once for the sweep (tests/test_reward_ceiling.py), the rest per run
+    assert [note for note in ranking.caveats if not note.startswith("nothing bounds the reward of ")] == [
+        note for note in expected if "nothing bounds the reward" not in note
+    ]

@@ -139,3 +139,18 @@ def test_a_forecast_nothing_bounds_says_so_and_a_declared_range_bounds_it() -> N
     bounded = model.forecast(run, seed=0, reward_range=(0.0, 1.0))
     assert bounded.unbounded_tail() is None and bounded.final.samples.max() <= 1.0
     assert not any("nothing bounds" in note for note in bounded.caveats)
+
+
+def test_a_sweep_is_advised_once_to_declare_the_range_nothing_bounds() -> None:
+    rng = np.random.default_rng(1)
+    steps = np.arange(1, 41)
+    runs = [
+        bg.read_log(pd.DataFrame({"step": steps, "reward": np.clip(0.1 + 0.03 * i + rng.normal(0, 0.03, steps.size), 0, None)}), total_steps=400, run_id=f"lr{i}")
+        for i in range(3)
+    ]  # fmt: skip
+    ranking = bg.default_model().rank(runs, seed=0)
+    unbounded = [fc.unbounded_tail() for fc in ranking.forecasts]
+    assert all(tail is not None for tail in unbounded)
+    advice = [note for note in ranking.caveats if "nothing bounds the reward" in note]
+    assert len(advice) == 1 and advice[0].startswith("nothing bounds the reward of 3 runs (lr0, lr1, lr2)")
+    assert f"{min(t[1] for t in unbounded):.1f} to {max(t[1] for t in unbounded):.1f} times" in advice[0]

@@ -38,6 +38,42 @@ REGIMES = ("take_off_ahead", "plateau", "decline")
 _WINDOW_NOISE_STREAM = 2
 
 
+#: The advice of :func:`unbounded_tail_note`, the same for one forecast and for a sweep's.
+_DECLARE_RANGE = (
+    "room for a late take-off; if the reward cannot exceed a maximum (an accuracy's 1, a sum of capped reward functions), "
+    "pass reward_range=(min, max) and the forecast stays within it"
+)
+
+
+def unbounded_tail_note(q95: float, ranges: float) -> str:
+    """The caveat of a forecast whose upper tail nothing bounds (:meth:`Forecast.unbounded_tail`: its final reward's 95%
+    quantile and how many logged ranges that lies above the best logged reward)."""
+    return (
+        f"nothing bounds the reward, so the final reward's 95% quantile ({q95:.3g}) lies {ranges:.1f} times the logged "
+        f"rewards' range above the best logged reward, {_DECLARE_RANGE}"
+    )
+
+
+def sweep_caveats(forecasts: list[tuple[str, Forecast]]) -> list[str]:
+    """The caveats of a sweep's forecasts (run id, forecast), each with its run id; the advice to declare a range that
+    nothing bounds (:meth:`Forecast.unbounded_tail`) once for all the runs it concerns when there are several, since a
+    sweep's runs share their reward functions."""
+    tails = {run_id: fc.unbounded_tail() for run_id, fc in forecasts}
+    unbounded = [run_id for run_id, tail in tails.items() if tail is not None]
+    grouped = len(unbounded) > 1
+    notes = [
+        f"{run_id}: {note}" for run_id, fc in forecasts for note in fc.caveats
+        if not (grouped and tails[run_id] is not None and note == unbounded_tail_note(*tails[run_id]))
+    ]  # fmt: skip
+    if grouped:
+        ranges = [tails[run_id][1] for run_id in unbounded]
+        notes.append(
+            f"nothing bounds the reward of {len(unbounded)} runs ({', '.join(unbounded)}), so their final rewards' 95% quantiles "
+            f"lie {min(ranges):.1f} to {max(ranges):.1f} times their logged rewards' range above their best logged rewards, {_DECLARE_RANGE}"
+        )
+    return notes
+
+
 @dataclass
 class FinalReward:
     """Posterior predictive draws of one reward quantity (e.g. :attr:`Forecast.final`).
@@ -245,12 +281,7 @@ class Forecast:
             )
         unbounded = self.unbounded_tail()
         if unbounded is not None:
-            notes.append(
-                f"nothing bounds the reward, so the final reward's 95% quantile ({unbounded[0]:.3g}) lies {unbounded[1]:.1f} "
-                "times the logged rewards' range above the best logged reward, room for a late take-off; if the reward "
-                "cannot exceed a maximum (an accuracy's 1, a sum of capped reward functions), pass reward_range=(min, max) "
-                "and the forecast stays within it"
-            )
+            notes.append(unbounded_tail_note(*unbounded))
         if self.observed_steps.size and self.total_steps > LONG_PLAN_FACTOR * self.observed_steps[-1]:
             notes.append(
                 f"the planned {self.total_steps} steps are {self.total_steps / self.observed_steps[-1]:.0f} times the "
