@@ -97,16 +97,20 @@ class PreparedRun:
     recent_zero_share: float = float("nan")
     #: The latest steps gave GRPO no learning signal (:func:`no_learning_signal`).
     signal_exhausted: bool = False
-    #: Largest reward of a log whose rewards are 0-or-k outcomes (:func:`reward_ceiling`), and what showed it (in words).
+    #: Largest reward the log shows the rewards cannot pass (:func:`logged_reward_bounds`: 0-or-k outcomes, or every
+    #: step's completions scored from ``reward_floor`` to it), and what showed it (in words).
     reward_ceiling: float | None = None
     ceiling_evidence: str = ""
+    #: Lowest reward the log shows, with :attr:`reward_ceiling` (0 for 0-or-k outcomes).
+    reward_floor: float = 0.0
 
     @property
     def bounds(self) -> tuple[float, float] | None:
-        """The rewards' range in reward units: the declared one, else ``(0, reward_ceiling)`` when inferred, else None."""
+        """The rewards' range in reward units: the declared one, else ``(reward_floor, reward_ceiling)`` when read off the
+        log, else None."""
         if self.kind == "range":
             return self.loc, self.loc + self.unit
-        return (0.0, self.reward_ceiling) if self.reward_ceiling is not None else None
+        return (self.reward_floor, self.reward_ceiling) if self.reward_ceiling is not None else None
 
     @property
     def has_signal(self) -> bool:
@@ -290,38 +294,31 @@ def saturated_outcome_ceiling(rewards: np.ndarray, reward_std: np.ndarray | None
     return top
 
 
-def completion_range_ceiling(rewards: np.ndarray, completion_max: np.ndarray | None, completion_min: np.ndarray | None) -> float | None:
-    """The largest reward ``k`` of a log whose every step logged the best and worst score of its completions as ``k``
-    and 0 (verl's ``critic/score/max`` and ``/min``), else None.
+def completion_range_bounds(rewards: np.ndarray, completion_max: np.ndarray, completion_min: np.ndarray) -> tuple[float, float] | None:
+    """The range ``(m, k)`` of a log whose every step logged the best and worst score of its completions as ``k`` and ``m``
+    (verl's ``critic/score/max`` and ``/min``), else None.
 
-    A step's mean cannot exceed its best completion. When at least :data:`CEILING_MIN_STEPS` steps log both, every one
-    of them scored some completion ``k`` and some 0, and no logged mean exceeds ``k``, the scores are capped at ``k``:
-    a reward that could go higher would have shown it at one of those steps. A verl GSM8K run with a 0/1 score logs a
-    best of 1.0 and a worst of 0.0 at every step, and without the cap its forecast from step 60 of 1,450 had a 95%
-    quantile of 3.5. A best that changes from step to step (a continuous reward) or a worst other than 0 gives no ceiling.
+    A step's mean cannot leave the range of its completions' scores. When at least :data:`CEILING_MIN_STEPS` steps log
+    both, every one of them scored some completion ``k`` and some ``m < k``, and no logged mean lies outside, the scores
+    are bounded by them: a reward that could go further would have shown it at one of those steps. A verl GSM8K run with
+    a 0/1 score logs 1.0 and 0.0 at every step, and without the bound its forecast from step 60 of 1,450 had a 95%
+    quantile of 3.5; a ReTool run's +-1 score logs 1.0 and -1.0. A best or worst that moves from step to step (a
+    continuous reward, or a step whose completions all failed) gives no bound.
     """
-    if completion_max is None or completion_min is None:
-        return None
     both = np.isfinite(completion_max) & np.isfinite(completion_min)
     if both.sum() < CEILING_MIN_STEPS:
         return None
     best, worst = np.asarray(completion_max, dtype=float)[both], np.asarray(completion_min, dtype=float)[both]
-    k = float(best[0])
-    if not k > 0 or not np.allclose(best, k, rtol=1e-6, atol=0.0) or np.any(np.abs(worst) > 1e-6 * k) or np.nanmax(rewards) > k:
+    k, m = float(best[0]), float(worst[0])
+    tolerance = 1e-6 * (k - m)
+    if not k > m or np.ptp(best) > tolerance or np.ptp(worst) > tolerance or np.nanmax(rewards) > k or np.nanmin(rewards) < m:
         return None
-    return k
+    return m, k
 
 
-def reward_ceiling(
-    rewards: np.ndarray, reward_std: np.ndarray | None, completion_range: tuple[np.ndarray, np.ndarray] | None = None
-) -> tuple[float, str] | None:
+def reward_ceiling(rewards: np.ndarray, reward_std: np.ndarray | None) -> tuple[float, str] | None:
     """The largest reward ``k`` of a log of 0-or-k outcomes and what showed it (in words, for the forecast's caveats),
-    else None: :func:`completion_range_ceiling` where the log has its completions' best and worst scores
-    (``completion_range``), else :func:`binary_reward_ceiling` where ``reward_std`` gives it, else
-    :func:`saturated_outcome_ceiling`."""
-    found = completion_range_ceiling(rewards, *completion_range) if completion_range is not None else None
-    if found is not None:
-        return found, f"every logged step scored some completion {found:.3g} and some 0, and none above {found:.3g}"
+    else None: :func:`binary_reward_ceiling` where ``reward_std`` gives it, else :func:`saturated_outcome_ceiling`."""
     found = binary_reward_ceiling(rewards, reward_std)
     if found is not None:
         return found, f"0-or-{found:.2g} outcomes: reward_std^2 = reward x ({found:.2g} - reward) at every logged step with spread"
@@ -332,6 +329,23 @@ def reward_ceiling(
             f"multiple of {found:.2g}/N for N of at most {LATTICE_MAX_COMPLETIONS} completions"
         )
     return None
+
+
+def logged_reward_bounds(
+    rewards: np.ndarray, reward_std: np.ndarray | None, completions: tuple[np.ndarray, np.ndarray] | None = None
+) -> tuple[float, float, str] | None:
+    """The range ``(floor, ceiling)`` a log shows its rewards cannot leave, and what showed it (in words, for the caveats),
+    else None: :func:`completion_range_bounds` where the log has its completions' best and worst scores
+    (``completions``), else ``(0, k)`` for 0-or-k outcomes (:func:`reward_ceiling`, for rewards that are never negative)."""
+    rewards = np.asarray(rewards, dtype=float)
+    if not rewards.size:
+        return None
+    found = completion_range_bounds(rewards, *completions) if completions is not None else None
+    if found is not None:
+        low, high = found
+        return low, high, f"every logged step scored some completion {high:.3g} and some {low:.3g}, and none outside"
+    ceiling = reward_ceiling(rewards, reward_std) if np.nanmin(rewards) >= 0 else None
+    return (0.0, *ceiling) if ceiling is not None else None
 
 
 def frozen_after_start(run: RunLog) -> bool:
@@ -492,7 +506,7 @@ def prepare_run(
     reward_std = metric_spread(run) if run is not None else None  # NaN where not logged
     zero_share = run.signal("frac_reward_zero_std") if run is not None and run.metric == "reward" else None
     completions = completion_scores(run) if run is not None else None
-    ceiling = reward_ceiling(rewards, reward_std, completions) if kind == "learned" and np.nanmin(rewards, initial=0.0) >= 0 else None
+    shown = logged_reward_bounds(rewards, reward_std, completions) if kind == "learned" else None
     return PreparedRun(
         run_id=run_id,
         family=normalise_family(family) if isinstance(family, str) else None,
@@ -511,8 +525,9 @@ def prepare_run(
         recent_reward_std=_recent_mean(reward_std),
         recent_zero_share=_recent_mean(zero_share),
         signal_exhausted=no_learning_signal(rewards, reward_std, zero_share, unit),
-        reward_ceiling=ceiling[0] if ceiling else None,
-        ceiling_evidence=ceiling[1] if ceiling else "",
+        reward_ceiling=shown[1] if shown else None,
+        ceiling_evidence=shown[2] if shown else "",
+        reward_floor=shown[0] if shown else 0.0,
     )
 
 

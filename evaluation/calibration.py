@@ -461,8 +461,8 @@ def score_cut(run: RunLog, fraction: float, predict: Predictor) -> dict[str, Any
 
 
 def reward_bounds(prepared: PreparedRun) -> str:
-    """Where the forecast's reachable range came from: ``"declared"`` (a reward range), ``"inferred"`` (0-or-k rewards
-    read off the log: :func:`bayes_grpo.prepare.reward_ceiling`) or ``"none"``."""
+    """Where the forecast's reachable range came from: ``"declared"`` (a reward range), ``"inferred"`` (read off the
+    log: :func:`bayes_grpo.prepare.logged_reward_bounds`) or ``"none"``."""
     if prepared.kind == "range":
         return "declared"
     return "inferred" if prepared.bounds is not None else "none"

@@ -84,19 +84,29 @@ def test_a_score_capped_at_every_step_keeps_the_forecast_within_it(tmp_path):
     run = bg.read_log(log)
     assert {"completions/max_reward", "completions/min_reward"} <= set(run.signals)
     fc = bg.default_model().forecast(run, seed=0)
-    assert fc.prepared.reward_ceiling == 1.0 and fc.final.samples.max() <= 1.0
+    assert fc.prepared.bounds == (0.0, 1.0) and fc.final.samples.max() <= 1.0
     assert any("bounded by 0 and 1" in note and "some completion 1 and some 0" in note for note in fc.caveats)
 
 
-def test_inspect_says_where_the_log_shows_the_reward_capped(tmp_path, capsys):
+def test_a_plus_minus_one_score_keeps_the_forecast_within_it(tmp_path):
+    # a ReTool-style score: +1 right, -1 wrong; every step has both
+    log = tmp_path / "output.log"
+    text = console(range(1, 31), total=400).replace("critic/score/min:0.0 - ", "critic/score/min:-1.0 - ")
+    log.write_text(text)
+    fc = bg.default_model().forecast(bg.read_log(log), seed=0)
+    assert fc.prepared.bounds == (-1.0, 1.0) and -1.0 <= fc.final.samples.min() and fc.final.samples.max() <= 1.0
+    assert any("bounded by -1 and 1" in note for note in fc.caveats)
+
+
+def test_inspect_says_where_the_log_shows_the_reward_s_range(tmp_path, capsys):
     log = tmp_path / "slurm-6231820.out"
     log.write_text(console(range(1, 31), total=400))
     assert main(["inspect", str(log)]) == 0
-    assert re.search(r"\nreward capped at +1, read from the log \(every logged step scored some completion 1", capsys.readouterr().out)
+    assert re.search(r"\nreward bounds +0 \.\. 1, read from the log \(every logged step scored some completion 1 and some 0", capsys.readouterr().out)
     moved = tmp_path / "verl.log"
     moved.write_text(console(range(1, 31), total=400).replace("critic/score/max:1.0 - ", "critic/score/max:1.25 - ", 1))
     assert main(["inspect", str(moved)]) == 0
-    assert "reward capped at" not in capsys.readouterr().out
+    assert "reward bounds" not in capsys.readouterr().out
 
 
 def test_a_best_completion_that_moves_shows_no_cap(tmp_path):

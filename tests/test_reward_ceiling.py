@@ -15,7 +15,8 @@ from bayes_grpo.prepare import (
     CEILING_MIN_STEPS,
     LATTICE_MAX_COMPLETIONS,
     binary_reward_ceiling,
-    completion_range_ceiling,
+    completion_range_bounds,
+    logged_reward_bounds,
     prepare_run,
     reward_ceiling,
     saturated_outcome_ceiling,
@@ -108,22 +109,30 @@ def test_a_real_0_or_1_sweep_logged_by_an_old_trl_is_ranked_within_0_to_1() -> N
 
 
 @settings(max_examples=60, deadline=None)
-@given(k=st.floats(0.01, 100.0), steps=st.integers(CEILING_MIN_STEPS, 200), seed=st.integers(0, 2**16), moved=st.floats(1e-4, 0.5))
-def test_the_ceiling_is_the_best_completion_every_step_reached(k: float, steps: int, seed: int, moved: float) -> None:
+@given(
+    k=st.floats(0.01, 100.0), floor=st.sampled_from([0.0, -1.0, -0.5]), steps=st.integers(CEILING_MIN_STEPS, 200),
+    seed=st.integers(0, 2**16), moved=st.floats(1e-4, 0.5),
+)  # fmt: skip
+def test_the_range_is_what_every_step_s_best_and_worst_completion_scored(k: float, floor: float, steps: int, seed: int, moved: float) -> None:
+    m = floor * k  # a 0-or-k, or a -k-or-k, score
     rng = np.random.default_rng(seed)
-    means = rng.uniform(0.0, k, steps)
-    best, worst = np.full(steps, k), np.zeros(steps)
-    assert completion_range_ceiling(means, best, worst) == k
-    assert reward_ceiling(means, None, (best, worst))[0] == k
-    step = int(rng.integers(steps))
+    means = rng.uniform(m, k, steps)
+    best, worst = np.full(steps, k), np.full(steps, m)
+    assert completion_range_bounds(means, best, worst) == (m, k)
+    assert logged_reward_bounds(means, None, (best, worst))[:2] == (m, k)
+    step, width = int(rng.integers(steps)), k - m
     above, below = best.copy(), best.copy()
-    above[step], below[step] = k * (1 + moved), k * (1 - moved)
-    assert completion_range_ceiling(means, above, worst) is None  # a step's best above k: the cap is not k
-    assert completion_range_ceiling(means, below, worst) is None  # a best that moves: a continuous reward, no cap shown
+    above[step], below[step] = k + moved * width, k - moved * width
+    assert completion_range_bounds(means, above, worst) is None  # a step's best above k: the range is not (m, k)
+    assert completion_range_bounds(means, below, worst) is None  # a best that moves: a continuous reward, no range shown
     lifted = worst.copy()
-    lifted[step] = k * moved
-    assert completion_range_ceiling(means, best, lifted) is None  # a worst above 0 at some step
-    assert completion_range_ceiling(means[: CEILING_MIN_STEPS - 1], best[: CEILING_MIN_STEPS - 1], worst[: CEILING_MIN_STEPS - 1]) is None
+    lifted[step] = m + moved * width
+    assert completion_range_bounds(means, best, lifted) is None  # a worst that moves
+    short = slice(CEILING_MIN_STEPS - 1)
+    assert completion_range_bounds(means[short], best[short], worst[short]) is None
+    outside = means.copy()
+    outside[step] = k + moved * width  # a mean its completions cannot give
+    assert completion_range_bounds(outside, best, worst) is None
 
 
 def test_a_forecast_nothing_bounds_says_so_and_a_declared_range_bounds_it() -> None:
@@ -144,10 +153,8 @@ def test_a_forecast_nothing_bounds_says_so_and_a_declared_range_bounds_it() -> N
 def test_a_sweep_is_advised_once_to_declare_the_range_nothing_bounds() -> None:
     rng = np.random.default_rng(1)
     steps = np.arange(1, 41)
-    runs = [
-        bg.read_log(pd.DataFrame({"step": steps, "reward": np.clip(0.1 + 0.03 * i + rng.normal(0, 0.03, steps.size), 0, None)}), total_steps=400, run_id=f"lr{i}")
-        for i in range(3)
-    ]  # fmt: skip
+    heads = [np.clip(0.1 + 0.03 * i + rng.normal(0, 0.03, steps.size), 0, None) for i in range(3)]  # flat accuracies, 40 of 400 steps
+    runs = [bg.read_log(pd.DataFrame({"step": steps, "reward": head}), total_steps=400, run_id=f"lr{i}") for i, head in enumerate(heads)]
     ranking = bg.default_model().rank(runs, seed=0)
     unbounded = [fc.unbounded_tail() for fc in ranking.forecasts]
     assert all(tail is not None for tail in unbounded)

@@ -99,9 +99,9 @@ def _summary(run: RunLog) -> str:
         ("GRPO signals missing", ", ".join(name for name in GRPO_SIGNALS if name not in grpo) or "-"),
         ("fields missing", ", ".join(k for k, v in wanted.items() if v is None) or "-"),
     ]
-    cap = _cap_read_from_log(run)
-    if cap:
-        rows.insert(rows.index(("reward functions", functions or "-")), ("reward capped at", cap))
+    bounds = _bounds_read_from_log(run)
+    if bounds:
+        rows.insert(rows.index(("reward functions", functions or "-")), ("reward bounds", bounds))
     if run.metric != "reward":
         label = run.metric + (" (lower is better)" if run.direction == "minimize" else "")
         rows.insert(1, ("metric", label))
@@ -116,16 +116,19 @@ def _summary(run: RunLog) -> str:
     return f"{table}\nmetrics (forecast one with --metric NAME):\n{listing}"
 
 
-def _cap_read_from_log(run: RunLog) -> str:
-    """The reward's cap a forecast reads off a log without a declared range (:func:`bayes_grpo.prepare.reward_ceiling`),
+def _bounds_read_from_log(run: RunLog) -> str:
+    """The reward's range a forecast reads off a log without a declared one (:func:`bayes_grpo.prepare.logged_reward_bounds`),
     with what showed it; "" when there is none."""
-    from bayes_grpo.prepare import completion_scores, metric_spread, reward_ceiling
+    from bayes_grpo.prepare import (
+        completion_scores,
+        logged_reward_bounds,
+        metric_spread,
+    )
 
-    rewards = run.rewards
-    if run.metric != "reward" or run.meta.reward_range is not None or not rewards.size or np.nanmin(rewards) < 0:
+    if run.metric != "reward" or run.meta.reward_range is not None:
         return ""
-    found = reward_ceiling(rewards, metric_spread(run), completion_scores(run))
-    return f"{found[0]:.4g}, read from the log ({found[1]}): forecasts stay within 0 to {found[0]:.4g}" if found else ""
+    found = logged_reward_bounds(run.rewards, metric_spread(run), completion_scores(run))
+    return f"{found[0]:.4g} .. {found[1]:.4g}, read from the log ({found[2]}): forecasts stay within it" if found else ""
 
 
 def _logging_frequency(steps: np.ndarray, values: np.ndarray) -> str:

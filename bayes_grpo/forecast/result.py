@@ -234,11 +234,11 @@ class Forecast:
         if self.layer is not None and self.raw_draws is None:
             raise ModelError("a calibrated forecast needs its raw_draws (the draws before the layer)")
 
-    def within_ceiling(self, ceiling: float, evidence: str) -> Forecast:
-        """This forecast kept within 0 to ``ceiling``, as if its own log had shown 0-or-``ceiling`` rewards (``evidence``:
-        what showed them, in words, for :attr:`caveats`). :func:`bayes_grpo.sweeps.rank` gives a sweep's runs the ceiling
-        one of them shows: they share their reward functions, but only some logs reach the top."""
-        prepared = replace(self.prepared, reward_ceiling=float(ceiling), ceiling_evidence=evidence)
+    def within_bounds(self, floor: float, ceiling: float, evidence: str) -> Forecast:
+        """This forecast kept within ``floor`` to ``ceiling``, as if its own log had shown that range (``evidence``: what
+        showed it, in words, for :attr:`caveats`). :func:`bayes_grpo.sweeps.rank` gives a sweep's runs the range one of
+        them shows: they share their reward functions, but only some logs reach the top."""
+        prepared = replace(self.prepared, reward_ceiling=float(ceiling), ceiling_evidence=evidence, reward_floor=float(floor))
         bounded = {name: np.clip(getattr(self, name), *prepared.bounds) for name in ("draws", "curves")}
         return replace(self, prepared=prepared, raw_draws=self.raw.draws, **bounded)
 
@@ -275,9 +275,10 @@ class Forecast:
                 "group still disagree (GRPO's learning signal) and is as wide as for a run whose signal is unknown"
             )
         if prepared.kind == "learned" and prepared.reward_ceiling is not None:
+            low, high = f"{prepared.reward_floor:.3g}", f"{prepared.reward_ceiling:.3g}"
             notes.append(
-                f"the reward looks bounded by 0 and {prepared.reward_ceiling:.3g} ({prepared.ceiling_evidence}): the forecast stays within "
-                f"0 to {prepared.reward_ceiling:.3g}; pass reward_range=(min, max) if that is wrong"
+                f"the reward looks bounded by {low} and {high} ({prepared.ceiling_evidence}): the forecast stays within "
+                f"{low} to {high}; pass reward_range=(min, max) if that is wrong"
             )
         unbounded = self.unbounded_tail()
         if unbounded is not None:
@@ -518,25 +519,26 @@ SHARED_CEILING_AGREEMENT = 1.05
 
 
 def within_shared_ceiling(forecasts: list[Forecast]) -> list[Forecast]:
-    """A sweep's forecasts (:func:`bayes_grpo.sweeps.rank`), each run without a range kept within the ceiling others show.
+    """A sweep's forecasts (:func:`bayes_grpo.sweeps.rank`), each run without a range kept within the range others show.
 
-    A sweep's runs share their reward functions, but only the runs whose logs reached the top show a 0-or-k reward's
-    ceiling (:func:`bayes_grpo.prepare.reward_ceiling`); the others' forecasts would reach far above it. Each run without
-    a range whose logged rewards lie within 0 to that ceiling gets it (:meth:`Forecast.within_ceiling`, which its caveats
-    name); none does where a run declares a range or the shown ceilings disagree (by more than
-    :data:`SHARED_CEILING_AGREEMENT` times).
+    A sweep's runs share their reward functions, but only the runs whose logs reached the top show where the reward
+    stops (:func:`bayes_grpo.prepare.logged_reward_bounds`); the others' forecasts would reach far above it. Each run
+    without a range whose logged rewards lie within that range gets it (:meth:`Forecast.within_bounds`, which its
+    caveats name); none does where a run declares a range, the shown floors differ, or the shown ceilings disagree (by
+    more than :data:`SHARED_CEILING_AGREEMENT` times).
     """
     shown = [fc for fc in forecasts if fc.prepared.reward_ceiling is not None]
     if not shown or any(fc.prepared.kind == "range" for fc in forecasts):
         return forecasts
-    ceilings = [fc.prepared.reward_ceiling for fc in shown]
-    if max(ceilings) > SHARED_CEILING_AGREEMENT * min(ceilings):
+    ceilings, floors = [fc.prepared.reward_ceiling for fc in shown], [fc.prepared.reward_floor for fc in shown]
+    if max(ceilings) > SHARED_CEILING_AGREEMENT * min(ceilings) or not np.allclose(floors, floors[0]):
         return forecasts
     top = max(shown, key=lambda fc: fc.prepared.reward_ceiling)
-    ceiling, evidence = top.prepared.reward_ceiling, f"run {top.run_id!r} of the sweep shows it: {top.prepared.ceiling_evidence}"
+    floor, ceiling = top.prepared.reward_floor, top.prepared.reward_ceiling
+    evidence = f"run {top.run_id!r} of the sweep shows it: {top.prepared.ceiling_evidence}"
 
     def fits(fc: Forecast) -> bool:
         logged = fc.observed_rewards
-        return fc.prepared.bounds is None and logged.size > 0 and 0.0 <= logged.min() and logged.max() <= ceiling
+        return fc.prepared.bounds is None and logged.size > 0 and floor <= logged.min() and logged.max() <= ceiling
 
-    return [fc.within_ceiling(ceiling, evidence) if fits(fc) else fc for fc in forecasts]
+    return [fc.within_bounds(floor, ceiling, evidence) if fits(fc) else fc for fc in forecasts]

@@ -18,7 +18,7 @@ _COLUMN_ALIASES = {
 #: ``critic/score/mean`` (``critic/rewards/mean`` is it less verl's in-reward KL penalty, kept under its own name),
 #: PPO's clipped share of the policy ratio ``actor/pg_clipfrac``, the KL to the reference ``actor/kl_loss``, and the
 #: best and worst score of a step's completions ``critic/score/max`` and ``/min`` (``completions/max_reward``,
-#: ``completions/min_reward``: they can show where the reward is capped, :func:`bayes_grpo.prepare.completion_range_ceiling`).
+#: ``completions/min_reward``: they can show the reward's range, :func:`bayes_grpo.prepare.completion_range_bounds`).
 #: OpenRLHF (``openrlhf/trainer/ppo_utils/experience_maker.py``, ``openrlhf/trainer/ray/ppo_actor.py``): the
 #: within-group reward spread ``group_reward_std`` (its ``rollout/reward_std`` is over the whole batch, prompts
 #: mixed, so it is no learning signal and keeps its own name). NeMo-RL (``nemo_rl/experience/rollouts.py``,
