@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import logging
 
 import numpy as np
@@ -110,3 +111,24 @@ def test_logs_without_a_reward_one_line_error_and_exit_2(tmp_path, capsys, conte
     assert main(["forecast", str(log), "--total-steps", "100"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(log) in err
+
+
+def test_cs336_grpo_metrics_jsonl_reads_and_its_rollout_range_bounds_the_forecast(tmp_path):
+    # Stanford CS336 assignment 5's per-step JSONL (the keys of dequeueing/assignment5-alignment's grpo_metrics.jsonl):
+    # a 0/1 answer reward over 256 rollouts, evaluated every 10th step
+    rows = []
+    for step in range(1, 41):
+        mean = 0.04 + 0.006 * step
+        rows.append({
+            "step": step, "rollout_reward_mean": mean, "rollout_reward_std": (mean * (1 - mean)) ** 0.5, "rollout_reward_max": 1.0,
+            "rollout_reward_min": 0.0, "advantage_mean": 1.9e-09, "advantage_std": 0.44, "train_loss_mean": -9.1e-12,
+            "train_clip_fraction": 0.0, "gradient_norm": 0.21, "mean_response_length": 125.3,
+            "val_accuracy": 0.3 if step % 10 == 0 else None, "step_elapsed_sec": 30.8,
+        })  # fmt: skip
+    log = tmp_path / "grpo_metrics.jsonl"
+    log.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    run = bg.read_log(log, total_steps=200)
+    np.testing.assert_allclose(run.rewards, [row["rollout_reward_mean"] for row in rows])
+    assert "reward_std" not in run.signals  # the whole batch's spread, prompts mixed: no learning signal
+    fc = bg.default_model().forecast(run, seed=0)
+    assert fc.prepared.bounds == (0.0, 1.0) and fc.final.samples.max() <= 1.0

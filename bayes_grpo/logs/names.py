@@ -23,7 +23,9 @@ _COLUMN_ALIASES = {
 #: within-group reward spread ``group_reward_std`` (its ``rollout/reward_std`` is over the whole batch, prompts
 #: mixed, so it is no learning signal and keeps its own name). NeMo-RL (``nemo_rl/experience/rollouts.py``,
 #: ``nemo_rl/algorithms/loss/loss_functions.py``): ``mean_gen_tokens_per_sample``, ``truncation_rate``,
-#: ``approx_entropy``, ``kl_penalty``.
+#: ``approx_entropy``, ``kl_penalty``. Stanford CS336's GRPO assignment trainer (its per-step JSONL): the mean, best and
+#: worst reward of a step's rollouts ``rollout_reward_mean``, ``_max``, ``_min`` (its ``rollout_reward_std`` is over the
+#: whole rollout batch, prompts mixed, and keeps its own name).
 _TRAINER_ALIASES = {
     # verl
     "critic/score/mean": "reward", "critic/score/max": "completions/max_reward", "critic/score/min": "completions/min_reward",
@@ -38,6 +40,8 @@ _TRAINER_ALIASES = {
     # NeMo-RL
     "mean_gen_tokens_per_sample": "completions/mean_length", "truncation_rate": "completions/clipped_ratio",
     "approx_entropy": "entropy", "kl_penalty": "kl",
+    # CS336 assignment 5
+    "rollout_reward_mean": "reward", "rollout_reward_max": "completions/max_reward", "rollout_reward_min": "completions/min_reward",
 }  # fmt: skip
 #: Prefixes of evaluation metrics besides W&B's ``eval/``: verl's ``val-core/`` and ``val-aux/``
 #: (``verl/trainer/ppo/ray_trainer.py``), NeMo-RL's ``validation/``. Each becomes ``eval_``.
