@@ -375,8 +375,8 @@ def metric_spread(run: RunLog) -> np.ndarray | None:
 def completion_scores(run: RunLog) -> tuple[np.ndarray, np.ndarray] | None:
     """The best and worst score of each step's completions (``completions/max_reward``, ``completions/min_reward``:
     verl's ``critic/score/max`` and ``/min``) when the log holds both and its metric is the summed reward; else None."""
-    if run.metric != "reward" or not {"completions/max_reward", "completions/min_reward"} <= set(run.signals):
-        return None
+    if run.metric != "reward" or not {"completions/max_reward", "completions/min_reward"} <= set(run.table.columns):
+        return None  # the columns, not run.signals: this runs at every forecast, the live stop query's included
     return run.signal("completions/max_reward"), run.signal("completions/min_reward")
 
 

@@ -117,18 +117,15 @@ def _summary(run: RunLog) -> str:
 
 
 def _bounds_read_from_log(run: RunLog) -> str:
-    """The reward's range a forecast reads off a log without a declared one (:func:`bayes_grpo.prepare.logged_reward_bounds`),
-    with what showed it; "" when there is none."""
-    from bayes_grpo.prepare import (
-        completion_scores,
-        logged_reward_bounds,
-        metric_spread,
-    )
+    """The reward's range a forecast reads off a log without a declared one (:attr:`bayes_grpo.prepare.PreparedRun.bounds`,
+    as :func:`bayes_grpo.prepare.prepare_run` reads it), with what showed it; "" when there is none."""
+    from bayes_grpo.prepare import prepare_run
 
-    if run.metric != "reward" or run.meta.reward_range is not None:
+    prepared = prepare_run(run, require_total=False)
+    if prepared.kind != "learned" or prepared.reward_ceiling is None:
         return ""
-    found = logged_reward_bounds(run.rewards, metric_spread(run), completion_scores(run))
-    return f"{found[0]:.4g} .. {found[1]:.4g}, read from the log ({found[2]}): forecasts stay within it" if found else ""
+    low, high = prepared.bounds
+    return f"{low:.4g} .. {high:.4g}, read from the log ({prepared.ceiling_evidence}): forecasts stay within it"
 
 
 def _logging_frequency(steps: np.ndarray, values: np.ndarray) -> str:
