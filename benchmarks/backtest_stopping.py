@@ -54,11 +54,12 @@ SIDE_BY_SIDE = (
 def targets(summary: pd.DataFrame, rule: str = backtest.DEFAULT_RULE) -> str:
     """The stopping targets for ``rule`` (default: the default rule): bad stops, steps saved, stops inside recovering dips."""
     row = summary[summary["rule"] == rule].iloc[0]
-    bad, saved, dips = row["share_regret_gt_0.05"], row["mean_saved"], row["share_dip_stops"]
+    bad, saved, dips, deep = row["share_regret_gt_0.05"], row["mean_saved"], row["share_dip_stops"], row["share_dip_stops_beyond_noise"]
     return (
         f"- regret > 0.05 in {bad:.1%} of runs (<= {backtest.MAX_BAD_SHARE:.0%}): {verdict(bad <= backtest.MAX_BAD_SHARE)}\n"
         f"- mean steps saved {saved:.1%} (>= {backtest.MIN_SAVED:.0%}): {verdict(saved >= backtest.MIN_SAVED)}\n"
-        f"- stops inside a dip that recovers in {dips:.1%} of runs (none): {verdict(dips == 0)}\n"
+        f"- stops inside a dip that recovers in {dips:.1%} of runs (none): {verdict(dips == 0)}; in a dip deeper than "
+        f"{backtest.DIP_NOISE_Z:g} SDs of the smoother's noise, {deep:.1%}\n"
         f"- median regret {row['median_regret']:.3f}\n"
     )
 
@@ -104,7 +105,7 @@ def noise_section(frontier: pd.DataFrame, capped: pd.DataFrame) -> list[str]:
 def bad_stops(results: pd.DataFrame, rule: str = backtest.DEFAULT_RULE) -> pd.DataFrame:
     """The runs ``rule`` stopped above 0.05 regret or inside a dip that recovered, with the stop's reason."""
     rows = results[(results["rule"] == rule) & ((results["regret"] > backtest.ORACLE_REGRET) | results["dip_stop"])]
-    shown = rows.assign(stopped_at=1.0 - rows["saved"])[["run_id", "source", "stopped_at", "regret", "stop_reason", "dip_stop"]]
+    shown = rows.assign(stopped_at=1.0 - rows["saved"])[["run_id", "source", "stopped_at", "regret", "stop_reason", "dip_stop", "dip_z"]]
     return shown.sort_values("regret", ascending=False)
 
 
@@ -187,7 +188,9 @@ def main() -> None:
         f"{stopping.RISE_WINDOW:.0%} of the steps) > {1 - STOP_THRESHOLD:.2g}; inside a dip a stop only when P(the draws get back to the best "
         f"smoothed reward before the end) < {1 - STOP_THRESHOLD:.2g}; outside one a stop when P(remaining gain < {STOP_TOLERANCE:g} x the "
         f"spread) >= {STOP_THRESHOLD:g}. `dip stops`: stops inside a dip the run recovered from (at the stop the whole run's smoothed "
-        f"reward is more than {backtest.ORACLE_REGRET:g} of the spread below its best so far, and later gets back to within that of it). "
+        f"reward is more than {backtest.ORACLE_REGRET:g} of the spread below its best so far, and later gets back to within that of it); "
+        "`dip_z`: how many SDs of the noise logging alone gives that smoothed difference the dip is deep (`evaluation.scoring.dip_noise_z`): "
+        f"a dip of less than {backtest.DIP_NOISE_Z:g} is the smoother wandering on a flat log. "
         f"The paper's baseline (arXiv 2507.18014) stops at {backtest.EPOCH_FRACTION:.0%} of an epoch: {with_epoch} of the {len(runs)} runs declare "
         "their steps per epoch; for the others the run as planned is taken as one epoch, so the baseline equals the fixed fraction.\n\n",
         "![trade-off](backtest_tradeoff.png)\n\n",

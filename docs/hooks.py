@@ -64,6 +64,7 @@ def figures() -> dict[str, str]:
         "model.divergences": f"{diagnostics.divergences}",
         "model.draws": f"{model.sampler_config.chains} × {model.sampler_config.draws:,}",
         "layer.beta": f"{model.recalibration.beta:.2f}" if model.recalibration is not None else "(no layer)",
+        "layer.top_by_signal": " / ".join(f"{v:.1f}" for v in model.recalibration.top_by_signal) if model.recalibration is not None and model.recalibration.top_by_signal else "(pooled)",
     }
     calibration = pd.read_csv(RESULTS / "calibration.csv")
     capped = calibration[calibration["set"] == REAL_CAPPED].set_index("fraction").sort_index()

@@ -102,6 +102,8 @@ REGRET_LIMITS = (0.05, 0.10)
 EPOCH_FRACTION = 0.8
 #: The hindsight oracle stops at the first check with regret at most this.
 ORACLE_REGRET = 0.05
+#: A dip stop counts as beyond the smoother's noise when the dip is deeper than this many noise SDs (one-sided 2.3%).
+DIP_NOISE_Z = 2.0
 #: Name of the Bayesian rule at its default settings in the results.
 DEFAULT_RULE = "bayes_grpo default"
 #: Name of the rule whose settings each held-out fold gets from the other folds (:func:`nested_selection`).
@@ -161,24 +163,27 @@ def score(run: RunLog, stop_index: int | None) -> dict[str, float]:
     -------
     dict
         ``stop_step``, ``saved`` ((last - stop) / last), ``regret`` (:func:`evaluation.scoring.regret`),
-        ``dip_stop`` (:func:`stopped_in_recovering_dip`) and ``noise_bad``
+        ``dip_stop`` (:func:`stopped_in_recovering_dip`), ``dip_z`` (for a dip stop, how many noise SDs deep the
+        dip is, :func:`evaluation.scoring.dip_noise_z`; NaN otherwise) and ``noise_bad``
         (:func:`evaluation.scoring.noise_bad_probability`).
 
     Example
     -------
     >>> score(run, None)  # doctest: +SKIP
-    {'stop_step': 100, 'saved': 0.0, 'regret': 0.0, 'dip_stop': False, 'noise_bad': 0.0}
+    {'stop_step': 100, 'saved': 0.0, 'regret': 0.0, 'dip_stop': False, 'dip_z': nan, 'noise_bad': 0.0}
     """
     steps = run.steps
     last = int(steps[-1])
     if stop_index is None:
-        return {"stop_step": last, "saved": 0.0, "regret": 0.0, "dip_stop": False, "noise_bad": 0.0}
+        return {"stop_step": last, "saved": 0.0, "regret": 0.0, "dip_stop": False, "dip_z": float("nan"), "noise_bad": 0.0}
     stop = int(steps[stop_index])
+    dip = stopped_in_recovering_dip(run, stop)
     return {
         "stop_step": stop,
         "saved": (last - stop) / last,
         "regret": scoring.regret(steps, run.rewards, stop),
-        "dip_stop": stopped_in_recovering_dip(run, stop),
+        "dip_stop": dip,
+        "dip_z": scoring.dip_noise_z(steps, run.rewards, stop) if dip else float("nan"),
         "noise_bad": scoring.noise_bad_probability(steps, run.rewards, stop, ORACLE_REGRET),
     }
 
@@ -570,7 +575,8 @@ def summarise(results: pd.DataFrame, by: Sequence[str] = ("rule", "threshold")) 
         Columns ``runs, mean_saved, median_saved, median_regret,
         share_regret_gt_0.05, share_regret_gt_0.10, noise_bad (the mean chance that logging noise alone
         makes a stop count as bad, :func:`score`), share_stopped, share_dip_stops
-        (stops inside a dip the run recovered from, :func:`stopped_in_recovering_dip`), flip_rate,
+        (stops inside a dip the run recovered from, :func:`stopped_in_recovering_dip`), share_dip_stops_beyond_noise
+        (of them, dips more than :data:`DIP_NOISE_Z` noise SDs deep, :func:`evaluation.scoring.dip_noise_z`), flip_rate,
         share_flip_back`` per group, in the order rules first appear.
 
     Example
@@ -588,6 +594,7 @@ def summarise(results: pd.DataFrame, by: Sequence[str] = ("rule", "threshold")) 
             "noise_bad": grouped["noise_bad"].mean(),
             "share_stopped": grouped["saved"].apply(lambda s: float(np.mean(s > 0))),
             "share_dip_stops": grouped["dip_stop"].mean(),
+            "share_dip_stops_beyond_noise": grouped["dip_z"].apply(lambda z: float(np.mean(z > DIP_NOISE_Z))),
             "flip_rate": grouped["flip_rate"].mean(),
             "share_flip_back": grouped["flip_back"].mean(),
         }
@@ -635,6 +642,7 @@ def summarise_source_capped(results: pd.DataFrame, by: Sequence[str] = ("rule", 
             "noise_bad": float(np.average(part["noise_bad"], weights=w)),
             "share_stopped": float(np.average(part["saved"] > 0, weights=w)),
             "share_dip_stops": float(np.average(part["dip_stop"].astype(float), weights=w)),
+            "share_dip_stops_beyond_noise": float(np.average(part["dip_z"] > DIP_NOISE_Z, weights=w)),
             "flip_rate": float(np.average(part["flip_rate"], weights=w)),
             "share_flip_back": float(np.average(part["flip_back"].astype(float), weights=w)),
         })  # fmt: skip

@@ -8,7 +8,7 @@ backtest, the shapes suite), the benchmarks and the tests use them.
 * **best step**: the logged step with the highest smoothed reward;
 * **regret** of a stop: (S at the last step - S at the stop) / spread, S the
   smoother of the whole run, and the chance that **logging noise alone** makes a stop count as bad
-  (:func:`noise_bad_probability`);
+  (:func:`noise_bad_probability`), and how far a dip at a stop lies beyond that noise (:func:`dip_noise_z`);
 * **quantile score**: mean pinball loss over the forecast quantiles, over spread;
 * **interval outcome**: where the truth falls against an interval (coverage);
 * **change after the cut** and the **hardest third** of it.
@@ -64,6 +64,28 @@ def noise_bad_probability(
         return 0.0
     sd = step_noise(rewards) * float(np.linalg.norm(np.diff(smoother_weights(steps, [stop_step, steps[-1]], bandwidth), axis=0)))
     return float(norm.sf(limit * spread / sd)) if sd > 0 else 0.0
+
+
+def dip_noise_z(steps: np.ndarray, rewards: np.ndarray, stop_step: float, bandwidth: float = SMOOTHING_BANDWIDTH) -> float:
+    """How many noise SDs S at ``stop_step`` lies below its best before the stop: the dip's depth over the SD that
+    logging noise alone gives the difference of S between the two steps (as :func:`noise_bad_probability` takes it).
+
+    A stop "inside a dip the run recovered from" is judged on S; on a run whose logged mean only jitters, S wanders by
+    about this SD, so a dip of 1 SD is the smoother's noise, not a fall the run recovered from. 0 at or before the
+    best step; inf for a run without noise.
+    """
+    steps = np.asarray(steps, dtype=float)
+    rewards = np.asarray(rewards, dtype=float)
+    before = steps <= stop_step
+    if not before.any():
+        return 0.0
+    curve = smoothed(steps, rewards, bandwidth)
+    best = int(np.argmax(np.where(before, curve, -np.inf)))
+    depth = float(curve[best]) - float(np.interp(stop_step, steps, curve))
+    if depth <= 0:
+        return 0.0
+    sd = step_noise(rewards) * float(np.linalg.norm(np.diff(smoother_weights(steps, [steps[best], stop_step], bandwidth), axis=0)))
+    return depth / sd if sd > 0 else float("inf")
 
 
 def pinball_loss(truth: float, quantiles: Mapping[float, float]) -> float:

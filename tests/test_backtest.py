@@ -37,7 +37,8 @@ def test_checks_every_two_percent_from_ten_percent_never_at_the_end() -> None:
 
 def test_score_uses_the_measures_regret_and_saved_share() -> None:
     run = _run(RISE_THEN_FLAT)
-    assert backtest.score(run, None) == {"stop_step": 100, "saved": 0.0, "regret": 0.0, "dip_stop": False, "noise_bad": 0.0}
+    never = backtest.score(run, None)
+    assert np.isnan(never.pop("dip_z")) and never == {"stop_step": 100, "saved": 0.0, "regret": 0.0, "dip_stop": False, "noise_bad": 0.0}
     early = backtest.score(run, 19)
     assert early["stop_step"] == 20 and early["saved"] == pytest.approx(0.8)
     assert early["regret"] == pytest.approx(scoring.regret(run.steps, run.rewards, 20)) and early["regret"] > 0.5
@@ -106,6 +107,18 @@ def test_a_stop_inside_a_dip_that_recovers_is_flagged() -> None:
     assert not backtest.stopped_in_recovering_dip(dip, 180)  # after the recovery
     fall = _run(np.r_[np.linspace(0.0, 1.0, 50), np.linspace(1.0, 0.3, 150)])
     assert not backtest.stopped_in_recovering_dip(fall, 120)  # a fall that never comes back is not a dip
+
+
+def test_a_dip_is_measured_against_the_noise_the_smoother_wanders_by() -> None:
+    """A real dip lies many noise SDs deep; on a flat log that only jitters, a "dip" the smoother finds is about one."""
+    steps = np.arange(1, 201)
+    rng = np.random.default_rng(3)
+    dip = _run(np.r_[np.linspace(0.0, 1.0, 50), np.ones(150)] - 0.5 * np.clip(1 - np.abs(steps - 120) / 30, 0, None) + rng.normal(0, 0.05, 200))
+    assert backtest.score(dip, 119)["dip_z"] > 5 * backtest.DIP_NOISE_Z
+    flat = _run(rng.choice([1.77, 2.36, 2.94], 200))  # a batch mean that jitters between the values of a few prompts
+    z = [scoring.dip_noise_z(flat.steps, flat.rewards, stop) for stop in range(60, 180, 5)]
+    assert 0 < max(z) < 3 and np.median(z) < backtest.DIP_NOISE_Z
+    assert scoring.dip_noise_z(dip.steps, dip.rewards, 40) == 0.0  # during the rise: at its best so far
 
 
 def _trace(run: bg.RunLog, default: np.ndarray | None = None) -> backtest.RunTrace:

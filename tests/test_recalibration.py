@@ -231,6 +231,50 @@ def test_the_layer_moves_a_real_forecasts_final_window_as_it_learned(quick_model
     assert moved.final.samples == pytest.approx(moved.window_reward(moved.final_window_steps()).samples)
 
 
+def test_the_top_offset_holds_in_every_third_of_the_learning_signal_and_is_never_lowered():
+    """A middle third of std_rel whose late take-offs overshoot the pooled 95% quantile gets its own, wider top
+    offset; the other thirds keep the pooled one, and each third's tail holds its share of the truths."""
+    rows = held_out_rows(3000, 4)
+    rows["std_rel"] = np.exp(np.random.default_rng(5).uniform(-3, 0, len(rows)))
+    middle = (rows["std_rel"] > np.exp(-2)) & (rows["std_rel"] <= np.exp(-1))
+    rows.loc[middle, "truth"] += np.where(np.random.default_rng(6).random(middle.sum()) < 0.15, 3.0 * rows.loc[middle, "signal_scale"], 0.0)
+    layer = learn(rows)
+    assert layer.signal_edges == pytest.approx((-2.0, -1.0), abs=0.1)
+    low, mid, high = layer.top_by_signal
+    assert low == high == layer.offsets[-1] < mid
+    top = max(LEVELS)
+    for third in (rows["std_rel"] <= np.exp(-2), middle, rows["std_rel"] > np.exp(-1)):
+        offset = layer.top_by_signal[int(np.searchsorted(layer.signal_edges, np.log(rows.loc[third, "std_rel"].iloc[0])))]
+        moved = _moved(rows[third], dataclasses.replace(layer, offsets=(*layer.offsets[:-1], offset), signal_edges=(), top_by_signal=()), top)
+        assert np.mean(rows.loc[third, "truth"] <= moved) >= learned_level(top) - 0.03
+    no_thirds = learn(rows.drop(columns="std_rel"))
+    assert no_thirds.top_by_signal == () and no_thirds.offsets == layer.offsets
+
+
+def test_a_run_gets_the_top_offset_of_its_third_and_a_run_without_reward_std_the_pooled_one():
+    rewards = np.linspace(0.2, 0.6, 40) + 0.02 * np.sin(np.arange(40))
+
+    def prepared(spreads):
+        table = pd.DataFrame({"step": np.arange(1, 41), "reward": rewards, **({} if spreads is None else {"reward_std": spreads})})
+        return prepare_run(bg.read_log(table, total_steps=200))
+
+    layer = Recalibration(beta=0.5, offsets=(-0.5, -0.2, 0.0, 0.4, 3.0), signal_edges=(-2.0, -1.0), top_by_signal=(3.0, 6.0, 3.5))
+    quiet, middle, loud = (prepared(np.full(40, s)) for s in (0.01, 0.1, 0.5))
+    assert [recalibration.std_rel(p) for p in (quiet, middle, loud)] == sorted(recalibration.std_rel(p) for p in (quiet, middle, loud))
+    assert np.log(recalibration.std_rel(middle)) == pytest.approx(-1.5, abs=0.5)
+    assert [layer.offsets_for(p)[-1] for p in (quiet, middle, loud, prepared(None))] == [3.0, 6.0, 3.5, 3.0]
+    steps = np.array([40.0, 120.0, 200.0])
+    draws = np.random.default_rng(2).normal(0.6, 0.05, (400, steps.size))
+    pooled = dataclasses.replace(layer, signal_edges=(), top_by_signal=())
+    wider, same = (np.quantile(lay.apply(draws, middle, steps, take_off=0.0)[:, -1], 0.97) for lay in (layer, pooled))
+    assert wider > same
+    assert Recalibration.from_json(layer.to_json()) == layer
+    with pytest.raises(ModelError, match="at or above the pooled"):
+        Recalibration(beta=0.5, offsets=(-0.5, -0.2, 0.0, 0.4, 3.0), signal_edges=(-2.0, -1.0), top_by_signal=(2.0, 6.0, 3.5))
+    with pytest.raises(ModelError, match="2 ordered edges"):
+        Recalibration(beta=0.5, offsets=(-0.5, -0.2, 0.0, 0.4, 3.0), signal_edges=(-1.0, -2.0), top_by_signal=(3.0, 6.0, 3.5))
+
+
 def test_the_layer_is_saved_with_its_fit_id_and_refused_for_another_fit(quick_model, tmp_path):
     layer = Recalibration(beta=0.55, offsets=(-0.2, 0.0, 0.0, 0.1, 0.5), fit_id=quick_model.fit_id)
     path = dataclasses.replace(quick_model, recalibration=layer).save(tmp_path / "m.nc", full=False)

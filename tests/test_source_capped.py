@@ -112,6 +112,7 @@ def _backtest_rows() -> pd.DataFrame:
             rows.append({
                 "run_id": f"r{i}", "source": "sweep" if sweep else f"single{i}", "set": "real", "rule": rule, "threshold": threshold,
                 "checks": 10, "stop_step": 50, "saved": 0.5 if sweep else 0.0, "regret": 0.2 if sweep else 0.0, "dip_stop": sweep,
+                "dip_z": 3.0 if sweep and i % 2 else np.nan,
                 "noise_bad": 0.1 if sweep else 0.0, "flip_rate": 0.1, "flip_back": sweep,
             })  # fmt: skip
     return pd.DataFrame(rows)
@@ -126,6 +127,6 @@ def test_backtest_capped_summary_counts_the_sweep_as_3_runs():
     assert plain.iloc[0]["share_regret_gt_0.05"] == pytest.approx(17 / 20) and row["share_regret_gt_0.05"] == pytest.approx(0.5)
     assert row["weight"] == pytest.approx(6.0) and row["mean_saved"] == pytest.approx(0.25) and row["share_stopped"] == pytest.approx(0.5)
     assert row["share_flip_back"] == pytest.approx(0.5) and row["share_dip_stops"] == pytest.approx(0.5) and row["median_regret"] == pytest.approx(0.1)
-    assert row["noise_bad"] == pytest.approx(0.05)
+    assert row["noise_bad"] == pytest.approx(0.05) and row["share_dip_stops_beyond_noise"] == pytest.approx(8 * 3 / 17 / 6)  # the 8 odd sweep runs
     uncapped = backtest.summarise_source_capped(results, cap=1e9).drop(columns="weight")
     pd.testing.assert_frame_equal(uncapped, plain, check_dtype=False)
