@@ -450,6 +450,8 @@ def _top_by_signal(frame: Any, top_misses: np.ndarray, weights: np.ndarray, pool
     fewer than :data:`MIN_ROWS_PER_THIRD` rows of known ``std_rel`` in some third."""
     relative = frame["std_rel"].to_numpy(float)
     known = np.isfinite(relative) & (relative > 0) & np.isfinite(top_misses)
+    if known.sum() < 3 * MIN_ROWS_PER_THIRD:
+        return None
     log_rel = np.log(np.where(known, relative, 1.0))
     edges = tuple(float(weighted_quantile(log_rel[known], q, weights[known])) for q in (1 / 3, 2 / 3))
     third = np.searchsorted(edges, log_rel, side="left")

@@ -249,6 +249,8 @@ def test_the_top_offset_holds_in_every_third_of_the_learning_signal_and_is_never
         assert np.mean(rows.loc[third, "truth"] <= moved) >= learned_level(top) - 0.03
     no_thirds = learn(rows.drop(columns="std_rel"))
     assert no_thirds.top_by_signal == () and no_thirds.offsets == layer.offsets
+    assert learn(rows.assign(std_rel=np.nan)).top_by_signal == ()  # no log with reward_std: pooled only
+    assert learn(rows.head(50)).top_by_signal == ()  # too few rows for a quantile per third
 
 
 def test_a_run_gets_the_top_offset_of_its_third_and_a_run_without_reward_std_the_pooled_one():
