@@ -62,13 +62,21 @@ def noise_bad_probability(
     spread = reward_spread(rewards)
     if stop_step is None or stop_step >= steps[-1] or not spread > 0:
         return 0.0
-    sd = step_noise(rewards) * float(np.linalg.norm(np.diff(smoother_weights(steps, [stop_step, steps[-1]], bandwidth), axis=0)))
+    sd = smoothed_difference_noise(steps, rewards, stop_step, steps[-1], bandwidth)
     return float(norm.sf(limit * spread / sd)) if sd > 0 else 0.0
+
+
+def smoothed_difference_noise(steps: np.ndarray, rewards: np.ndarray, first: float, second: float, bandwidth: float = SMOOTHING_BANDWIDTH) -> float:
+    """SD that logging noise alone gives S at ``second`` minus S at ``first``: S is linear in the rewards, so it is the
+    per-step noise (:func:`bayes_grpo.measures.step_noise`, independent steps assumed) times the norm of the difference
+    of the smoother's weights at the two steps."""
+    weights = smoother_weights(steps, [first, second], bandwidth)
+    return step_noise(rewards) * float(np.linalg.norm(np.diff(weights, axis=0)))
 
 
 def dip_noise_z(steps: np.ndarray, rewards: np.ndarray, stop_step: float, bandwidth: float = SMOOTHING_BANDWIDTH) -> float:
     """How many noise SDs S at ``stop_step`` lies below its best before the stop: the dip's depth over the SD that
-    logging noise alone gives the difference of S between the two steps (as :func:`noise_bad_probability` takes it).
+    logging noise alone gives the difference of S between the two steps (:func:`smoothed_difference_noise`).
 
     A stop "inside a dip the run recovered from" is judged on S; on a run whose logged mean only jitters, S wanders by
     about this SD, so a dip of 1 SD is the smoother's noise, not a fall the run recovered from. 0 at or before the
@@ -84,7 +92,7 @@ def dip_noise_z(steps: np.ndarray, rewards: np.ndarray, stop_step: float, bandwi
     depth = float(curve[best]) - float(np.interp(stop_step, steps, curve))
     if depth <= 0:
         return 0.0
-    sd = step_noise(rewards) * float(np.linalg.norm(np.diff(smoother_weights(steps, [steps[best], stop_step], bandwidth), axis=0)))
+    sd = smoothed_difference_noise(steps, rewards, steps[best], stop_step, bandwidth)
     return depth / sd if sd > 0 else float("inf")
 
 
