@@ -209,6 +209,11 @@ def main() -> None:
             f"## Truths above q95 by thirds of the learning signal (real runs, source-capped; {signal})\n\n",
             "Calibrated:\n\n", markdown(calibration.by_signal_third(scores[scores["set"] == "real"])), "\n",
             "Raw model:\n\n", markdown(calibration.by_signal_third(raw[raw["set"] == "real"])), "\n",
+            "## By the plan's length (real runs, source-capped)\n\n",
+            "`median_miss`: weighted median of (truth - forecast median) / spread, positive where the forecast is low. "
+            "What a covariate of the plan's length did for the short plans: "
+            "`docs/notes/2026-12-08-plan-length-and-near-binary-ceilings.md`.\n\n",
+            markdown(calibration.by_plan_length(scores[scores["set"] == "real"])), "\n",
         ]  # fmt: skip
         real_scores = scores[scores["set"] == "real"]
         if "best_logged" in real_scores:  # scores written before the column existed (--from-scores) lack it

@@ -1175,6 +1175,34 @@ def by_signal_third(scores: pd.DataFrame, *, source_cap: float | None = SOURCE_C
     return pd.DataFrame(rows)
 
 
+#: Plan lengths (steps) at which :func:`by_plan_length` splits the runs: short sweeps, the common 100-300, long plans.
+PLAN_LENGTH_EDGES = (60, 300)
+
+
+def by_plan_length(scores: pd.DataFrame, *, source_cap: float | None = SOURCE_CAP) -> pd.DataFrame:
+    """Per observed fraction and plan length (:data:`PLAN_LENGTH_EDGES`), source-capped: the weighted median of
+    (truth - forecast median) / spread, the 90% coverage, the share above q95 and the error against persistence's.
+    Progress is a share of the plan, but a rise takes steps: are short plans forecast as well as long ones?"""
+    low, high = PLAN_LENGTH_EDGES
+    rows = []
+    for fraction, part in scores.groupby("fraction"):
+        weights = source_weights(part) if source_cap is not None and "source" in part else pd.Series(1.0, index=part.index)
+        plan = part["total_steps"].astype(float)
+        group = np.select([plan <= low, plan <= high], [f"up to {low}", f"{low + 1}-{high}"], f"over {high}")
+        for name in (f"up to {low}", f"{low + 1}-{high}", f"over {high}"):
+            mask = group == name
+            if mask.any():
+                w, rows_in = weights[mask], part.loc[mask]
+                miss = (rows_in["truth"] - rows_in["q50"]) / rows_in["spread"]
+                rows.append({
+                    "fraction": fraction, "plan (steps)": name, "runs": int(mask.sum()), "sources": int(rows_in["source"].nunique()),
+                    "weight": float(w.sum()), "median_miss": weighted_quantile(miss, 0.5, w),
+                    "coverage_90": _mean(rows_in["covered_90"], w), "above_q95": _mean(rows_in["above_q95"], w),
+                    "ratio_to_persistence": _mean(rows_in["error"], w) / _mean(rows_in["persistence_error"], w),
+                })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
 def upper_reach(scores: pd.DataFrame, raw: pd.DataFrame | None = None, *, source_cap: float | None = SOURCE_CAP) -> pd.DataFrame:
     """How far the upper tail reaches above the best reward logged by the cut, against how far truths went, per
     observed fraction (source-capped weighted quantiles, in units of each run's 10-90% spread).

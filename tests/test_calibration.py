@@ -316,3 +316,20 @@ def test_upper_reach_measures_the_tail_and_the_truths_above_the_best_logged_rewa
     run = bg.read_log(pd.DataFrame({"step": np.arange(1, 41), "reward": np.r_[np.linspace(0, 1, 20), np.full(20, 0.5)]}), run_id="r", total_steps=40)
     row = calibration.score_cut(run, 0.5, lambda head, total, window: (0.5, dict.fromkeys(FORECAST_QUANTILES, 0.5), np.nan))
     assert row["best_logged"] == pytest.approx(1.0)
+
+
+def test_by_plan_length_splits_short_middle_and_long_plans_and_signs_the_miss() -> None:
+    # One run per source and plan length at one cut, spread 1: the short plan's truth lies 0.6 above its median
+    # and outside its interval, the others' on it.
+    scores = pd.DataFrame({
+        "fraction": 0.2, "run_id": ["a", "b", "c"], "source": ["s1", "s2", "s3"], "total_steps": [50, 250, 2000],
+        "spread": 1.0, "truth": [1.1, 0.5, 0.4], "q50": [0.5, 0.5, 0.4], "covered_90": [False, True, True],
+        "above_q95": [True, False, False], "error": [0.6, 0.1, 0.2], "persistence_error": [0.5, 0.2, 0.4],
+    })  # fmt: skip
+    table = calibration.by_plan_length(scores).set_index("plan (steps)")
+    assert list(table.index) == ["up to 60", "61-300", "over 300"]
+    assert table.loc["up to 60", "median_miss"] == pytest.approx(0.6)
+    assert table.loc["up to 60", "coverage_90"] == 0.0 and table.loc["up to 60", "above_q95"] == 1.0
+    assert table.loc["up to 60", "ratio_to_persistence"] == pytest.approx(1.2)
+    assert table.loc["over 300", "ratio_to_persistence"] == pytest.approx(0.5)
+    assert table["runs"].tolist() == [1, 1, 1]
