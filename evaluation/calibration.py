@@ -1175,7 +1175,7 @@ def by_signal_third(scores: pd.DataFrame, *, source_cap: float | None = SOURCE_C
     return pd.DataFrame(rows)
 
 
-#: Plan lengths (steps) at which :func:`by_plan_length` splits the runs: short sweeps, the common 100-300, long plans.
+#: Plan lengths (steps) at which :func:`by_plan_length` splits the runs: short sweeps, the common 61-300, long plans.
 PLAN_LENGTH_EDGES = (60, 300)
 
 
@@ -1195,7 +1195,7 @@ def by_plan_length(scores: pd.DataFrame, *, source_cap: float | None = SOURCE_CA
                 w, rows_in = weights[mask], part.loc[mask]
                 miss = (rows_in["truth"] - rows_in["q50"]) / rows_in["spread"]
                 rows.append({
-                    "fraction": fraction, "plan (steps)": name, "runs": int(mask.sum()), "sources": int(rows_in["source"].nunique()),
+                    "fraction": fraction, "plan (steps)": name, "runs": int(mask.sum()), "sources": int(rows_in["source"].nunique()) if "source" in rows_in else None,
                     "weight": float(w.sum()), "median_miss": weighted_quantile(miss, 0.5, w),
                     "coverage_90": _mean(rows_in["covered_90"], w), "above_q95": _mean(rows_in["above_q95"], w),
                     "ratio_to_persistence": _mean(rows_in["error"], w) / _mean(rows_in["persistence_error"], w),
