@@ -1180,27 +1180,20 @@ PLAN_LENGTH_EDGES = (60, 300)
 
 
 def by_plan_length(scores: pd.DataFrame, *, source_cap: float | None = SOURCE_CAP) -> pd.DataFrame:
-    """Per observed fraction and plan length (:data:`PLAN_LENGTH_EDGES`), source-capped: the weighted median of
-    (truth - forecast median) / spread, the 90% coverage, the share above q95 and the error against persistence's.
+    """:func:`summarise` per observed fraction and plan length (:data:`PLAN_LENGTH_EDGES`), with the weighted median of
+    (truth - forecast median) / spread (``median_miss``, positive where the forecast is low).
     Progress is a share of the plan, but a rise takes steps: are short plans forecast as well as long ones?"""
     low, high = PLAN_LENGTH_EDGES
-    rows = []
-    for fraction, part in scores.groupby("fraction"):
-        weights = source_weights(part) if source_cap is not None and "source" in part else pd.Series(1.0, index=part.index)
-        plan = part["total_steps"].astype(float)
-        group = np.select([plan <= low, plan <= high], [f"up to {low}", f"{low + 1}-{high}"], f"over {high}")
-        for name in (f"up to {low}", f"{low + 1}-{high}", f"over {high}"):
-            mask = group == name
-            if mask.any():
-                w, rows_in = weights[mask], part.loc[mask]
-                miss = (rows_in["truth"] - rows_in["q50"]) / rows_in["spread"]
-                rows.append({
-                    "fraction": fraction, "plan (steps)": name, "runs": int(mask.sum()), "sources": int(rows_in["source"].nunique()) if "source" in rows_in else None,
-                    "weight": float(w.sum()), "median_miss": weighted_quantile(miss, 0.5, w),
-                    "coverage_90": _mean(rows_in["covered_90"], w), "above_q95": _mean(rows_in["above_q95"], w),
-                    "ratio_to_persistence": _mean(rows_in["error"], w) / _mean(rows_in["persistence_error"], w),
-                })  # fmt: skip
-    return pd.DataFrame(rows)
+    names = (f"up to {low}", f"{low + 1}-{high}", f"over {high}")
+    plan = scores["total_steps"].astype(float)
+    by = ["fraction", "plan (steps)"]
+    labelled = scores.assign(**{by[1]: np.select([plan <= low, plan <= high], names[:2], names[2])})
+    table = summarise(labelled, by, source_cap=source_cap)
+    weights = _weights(labelled, by, source_cap)
+    miss = (labelled["truth"] - labelled["q50"]) / labelled["spread"]
+    table["median_miss"] = [weighted_quantile(miss[part.index], 0.5, weights[part.index]) for _, part in labelled.groupby(by)]
+    table = table.sort_values(["fraction", by[1]], key=lambda c: c.map(names.index) if c.name == by[1] else c, ignore_index=True)
+    return table[[*by, "runs", "weight", "median_miss", "coverage_90", "above_q95", "ratio_to_persistence"]]
 
 
 def upper_reach(scores: pd.DataFrame, raw: pd.DataFrame | None = None, *, source_cap: float | None = SOURCE_CAP) -> pd.DataFrame:

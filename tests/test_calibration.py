@@ -326,6 +326,9 @@ def test_by_plan_length_splits_short_middle_and_long_plans_and_signs_the_miss() 
         "spread": 1.0, "truth": [1.1, 0.5, 0.4], "q50": [0.5, 0.5, 0.4], "covered_90": [False, True, True],
         "above_q95": [True, False, False], "error": [0.6, 0.1, 0.2], "persistence_error": [0.5, 0.2, 0.4],
     })  # fmt: skip
+    scores = scores.assign(**dict.fromkeys(
+        ("paper_law_error", "covered_50", "below_q05", "width_90", "quantile_score", "change_after_cut", "ess"), 0.0
+    ))  # the other columns of a scored row, which summarise reads
     table = calibration.by_plan_length(scores).set_index("plan (steps)")
     assert list(table.index) == ["up to 60", "61-300", "over 300"]
     assert table.loc["up to 60", "median_miss"] == pytest.approx(0.6)
