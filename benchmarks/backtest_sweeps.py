@@ -313,6 +313,50 @@ def order_agreement(ranks: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def discordant_pairs(ranks: pd.DataFrame) -> pd.DataFrame:
+    """Per share of the plan, the pairs of runs of one sweep that rank's order and the current-reward order put the
+    other way round, how many of them each order gets right, and a two-sided sign test of the difference.
+
+    A tau averaged over 4-5 sweeps hides how few pairs decide it: only where the two orders differ can either be
+    better, and a pair whose truths tie to the printed digits still counts for one of them."""
+    from scipy.stats import binomtest
+
+    rows = []
+    for fraction in ORDER_FRACTIONS:
+        rank_right = current_right = 0
+        for _, sweep in ranks[np.isclose(ranks["fraction"], fraction)].groupby("sweep"):
+            position, current, truth = (sweep[column].to_numpy() for column in ("rank_position", "current", "truth"))
+            for i, j in zip(*np.triu_indices(len(sweep), k=1)):
+                rank_says, current_says, truth_says = position[i] < position[j], current[i] > current[j], truth[i] > truth[j]
+                if rank_says != current_says:
+                    rank_right += int(rank_says == truth_says)
+                    current_right += int(current_says == truth_says)
+        pairs = rank_right + current_right
+        rows.append({"fraction": fraction, "discordant_pairs": pairs, "rank_right": rank_right, "current_right": current_right,
+                     "sign_test_p": binomtest(rank_right, pairs).pvalue if pairs else float("nan")})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+#: rank's Monte Carlo seeds at which its order is measured again (the headline's seed among them).
+ORDER_SEEDS = 4
+
+
+def order_by_seed(sweeps: Sequence[Sweep], seed: int, first: pd.DataFrame) -> pd.DataFrame:
+    """rank's Kendall tau and top-1 hits over the real sweeps at :data:`ORDER_SEEDS` seeds (``first``: the rank checks
+    at ``seed``, already made): their mean and SD per share of the plan, the part of a tau difference that is rank's
+    own Monte Carlo noise rather than the sweeps'."""
+    real = [sweep for sweep in sweeps if not sweep.bundled]
+    tables = [order_agreement(first[~first["sweep"].isin({s.name for s in sweeps if s.bundled})])]
+    tables += [order_agreement(rank_checks(real, seed + k)) for k in range(1, ORDER_SEEDS)]
+    ranked = pd.concat(tables)
+    ranked = ranked[ranked["order"] != "current smoothed reward"]
+    spread = ranked.groupby("fraction").agg(
+        seeds=("kendall_tau", "size"), kendall_tau_mean=("kendall_tau", "mean"), kendall_tau_sd=("kendall_tau", "std"),
+        top1_hits_min=("top1_hits", "min"), top1_hits_max=("top1_hits", "max"),
+    )  # fmt: skip
+    return spread.reset_index()
+
+
 def frontier_figure(table: pd.DataFrame, out: Path) -> None:
     """Steps saved against the best-run-pruned rate of every pruner on the real sweeps (``backtest_sweeps_frontier.png``)."""
     import matplotlib.pyplot as plt
@@ -399,7 +443,8 @@ def load_bundled_sweeps() -> list[Sweep]:
 
 
 def write(
-    args: argparse.Namespace, sweeps: list[Sweep], trials: pd.DataFrame, replays: pd.DataFrame, checks: pd.DataFrame, ranks: pd.DataFrame, speed: dict, seconds: float
+    args: argparse.Namespace, sweeps: list[Sweep], trials: pd.DataFrame, replays: pd.DataFrame, checks: pd.DataFrame, ranks: pd.DataFrame,
+    seeded_orders: pd.DataFrame, speed: dict, seconds: float,
 ) -> str:
     """Write the csv files and the markdown report; return the markdown."""
     bundled_names = {s.name for s in sweeps if s.bundled}
@@ -419,6 +464,7 @@ def write(
     frontier_figure(table, args.out)
     orders = order_agreement(ranks)
     orders.to_csv(args.out / "backtest_sweeps_order.csv", index=False)
+    pairs = discordant_pairs(ranks)
     baselines = table.set_index("pruner")
     ours = baselines.loc[DEFAULTS]
     median = baselines.loc[MEDIAN_2_30]
@@ -494,6 +540,13 @@ def write(
         "window its truth is measured on is left out of that cut (nothing is left to forecast, and its current reward is its truth), "
         f"as the calibration benchmark leaves such cuts out; a sweep counts at a cut while {MIN_SWEEP_RUNS} of its runs remain.\n\n",
         markdown(orders),
+        "\n\nWhere the two orders differ. The pairs of runs of one sweep that `rank` and the current reward put the other way "
+        "round, how many of them each gets right, and a two-sided sign test. Only these pairs can make either order better; "
+        "the others count alike for both.\n\n",
+        markdown(pairs),
+        f"\n\n`rank`'s order again at {ORDER_SEEDS} seeds of its Monte Carlo (seeds {args.seed}-{args.seed + ORDER_SEEDS - 1}, "
+        "the fold models unchanged). The SD is the part of a tau difference that is `rank`'s own sampling, not the sweeps'.\n\n",
+        markdown(seeded_orders),
         "\n## Per sweep\n\n", markdown(per_sweep(replays)),
         "\n## A real sweep ranked at 30%\n\n",
         f"`{fans_name}`, every run cut at {FANS_AT:.0%} of its plan and ranked by the fold model that never saw the sweep's source "
@@ -554,10 +607,11 @@ def main() -> None:
     checks["ends_above_bar"] = checks["run_id"].map(finals) > checks["bar"]
     replays = score_replays(trials, sweeps)
     ranks = rank_checks(sweeps, args.seed)
+    seeded_orders = order_by_seed(sweeps, args.seed, ranks)
     load_during_replays = os.getloadavg()[1]  # the machine's load over the last 5 minutes, as the timings were taken
     speed = measure_rank_speed(bg.default_model(), synthetic_sweep(), calls=5)
     speed.update(load_replays=load_during_replays, load_rank=os.getloadavg()[0])
-    print(write(args, sweeps, trials, replays, checks, ranks, speed, time.perf_counter() - started))
+    print(write(args, sweeps, trials, replays, checks, ranks, seeded_orders, speed, time.perf_counter() - started))
 
 
 if __name__ == "__main__":
