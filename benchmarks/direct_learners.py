@@ -84,14 +84,15 @@ def head_features(steps: np.ndarray, rewards: np.ndarray, total_steps: float) ->
     }
 
 
-def logistic_regression(X: np.ndarray, y: np.ndarray, ridge: float = RIDGE) -> np.ndarray:
-    """Ridge-penalised logistic regression coefficients (intercept first, not penalised)."""
+def logistic_regression(X: np.ndarray, y: np.ndarray, ridge: float = RIDGE, weights: np.ndarray | None = None) -> np.ndarray:
+    """Ridge-penalised logistic regression coefficients (intercept first, not penalised); ``weights``: each row's share of the loss (default 1)."""
+    weights = np.ones(len(y)) if weights is None else np.asarray(weights, dtype=float)
 
     def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
         z = X @ w
         p = expit(z)
         penalty = np.r_[0.0, w[1:]]
-        return float(np.sum(np.logaddexp(0, z) - y * z) + ridge * penalty @ penalty), X.T @ (p - y) + 2 * ridge * penalty
+        return float(weights @ (np.logaddexp(0, z) - y * z) + ridge * penalty @ penalty), X.T @ (weights * (p - y)) + 2 * ridge * penalty
 
     return minimize(loss, np.zeros(X.shape[1]), jac=True, method="L-BFGS-B").x
 
