@@ -1,4 +1,4 @@
-"""What the benchmark scripts share: the repository root on ``sys.path`` (for ``evaluation``), engine options, the results folder, markdown tables, provenance."""
+"""What the benchmark scripts share: the repository root on ``sys.path`` (for ``evaluation``), engine options, the results folder, markdown tables, provenance, results pages."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import platform
 import shlex
 import subprocess
 import sys
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -76,6 +77,18 @@ def provenance(seconds: float) -> str:
         f"Run {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {platform.machine()} ({platform.system()}), "
         f"wall time {seconds:.0f} s.\n"
     )
+
+
+def write_results_page(path: Path, title: str, seconds: float, doc: str, body: Sequence[str]) -> None:
+    """Write (and print) a results page: title, provenance, the script's description, then ``body``'s blocks.
+
+    The description is the script's docstring ``doc`` between its summary line and its indented command block.
+    """
+    description = doc.split("\n\n", 1)[1].split("\n\n    python")[0].strip()
+    text = "\n".join([f"# {title}", "", provenance(seconds), "", description, "", *body])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    print(text)
 
 
 def markdown(table: pd.DataFrame, digits: int = 3) -> str:

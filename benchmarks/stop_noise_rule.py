@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from common import RESULTS, markdown, provenance
+from common import RESULTS, markdown, write_results_page
 from scipy.stats import norm
 
 from bayes_grpo.measures import smoother_weights, step_noise
@@ -94,26 +94,22 @@ def main() -> None:
     summary = backtest.summarise_source_capped(pd.DataFrame(rows))
     columns = ["rule", "threshold", "weight", "mean_saved", "share_regret_gt_0.05", "noise_bad", "share_dip_stops", "share_stopped"]
     table = summary[columns].rename(columns={"rule": "plateau test", "threshold": "level"})
-    text = [
-        "# A plateau test on the regret as the backtest measures it",
-        "",
-        provenance(time.perf_counter() - started),
-        "",
-        __doc__.split("\n\n", 1)[1].split("\n\n    python")[0].strip(),
-        "",
-        (
-            f"{len(real)} real runs replayed from `{args.replays.name}`. The row `curve only` at 0.99 is the package's default "
-            "rule on these replays; `noise_bad` is the share of runs whose stop logging noise alone would make bad "
-            "(`evaluation.scoring.noise_bad_probability`)."
-        ),
-        "",
-        markdown(table),
-        "",
-    ]
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "stop_noise_rule.md").write_text("\n".join(text))
-    print("\n".join(text))
-
+    write_results_page(
+        args.out / "stop_noise_rule.md",
+        "A plateau test on the regret as the backtest measures it",
+        time.perf_counter() - started,
+        __doc__,
+        [
+            (
+                f"{len(real)} real runs replayed from `{args.replays.name}`. The row `curve only` at 0.99 is the package's default "
+                "rule on these replays; `noise_bad` is the share of runs whose stop logging noise alone would make bad "
+                "(`evaluation.scoring.noise_bad_probability`)."
+            ),
+            "",
+            markdown(table),
+            "",
+        ],
+    )
 
 if __name__ == "__main__":
     main()

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from common import RESULTS, markdown, provenance
+from common import RESULTS, markdown, write_results_page
 from direct_learners import _design, logistic_regression
 from scipy.special import expit
 from scipy.stats import rankdata
@@ -245,36 +245,33 @@ def main() -> None:
             draws = [saved_at_budget(tradeoff(real, table, held_out_probability(table, frame, rng, share), name)) for _ in range(DRAWS if share < 1 else 1)]
             learning.append({"features": name, "share of training sources": share, "saved at 8% bad, mean": np.mean(draws), "min": min(draws), "max": max(draws)})
     default = backtest.summarise_source_capped(pd.DataFrame([backtest._row(tr, "default", np.nan, tr.default) for tr in real]))
-    text = [
-        "# Other logged signals at a stop check",
-        "",
-        provenance(time.perf_counter() - started),
-        "",
-        __doc__.split("\n\n", 1)[1].split("\n\n    python")[0].strip(),
-        "",
-        (
-            f"{len(real)} real runs from `{args.replays.name}`, {len(table)} checks from 30% of the plan; a bad stop at "
-            f"{np.average(table['bad'], weights=table['weight']):.0%} of them (weighted). The package's default rule on these "
-            f"replays saves {default['mean_saved'].iloc[0]:.1%} with {default['share_regret_gt_0.05'].iloc[0]:.1%} bad stops."
-        ),
-        "",
-        "## Each feature alone",
-        "",
-        markdown(screen(table)),
-        "",
-        "## A learned rule, held out by fold",
-        "",
-        markdown(pd.concat(curves).rename(columns={"threshold": "bar"})),
-        "",
-        "## Savings at 8% bad stops against the training runs kept",
-        "",
-        markdown(pd.DataFrame(learning)),
-        "",
-    ]
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "stop_signals.md").write_text("\n".join(text))
-    print("\n".join(text))
-
+    weighted_bad = np.average(table["bad"], weights=table["weight"])
+    write_results_page(
+        args.out / "stop_signals.md",
+        "Other logged signals at a stop check",
+        time.perf_counter() - started,
+        __doc__,
+        [
+            (
+                f"{len(real)} real runs from `{args.replays.name}`, {len(table)} checks from 30% of the plan; a bad stop at "
+                f"{weighted_bad:.0%} of them (weighted). The package's default rule on these replays saves "
+                f"{default['mean_saved'].iloc[0]:.1%} with {default['share_regret_gt_0.05'].iloc[0]:.1%} bad stops."
+            ),
+            "",
+            "## Each feature alone",
+            "",
+            markdown(screen(table)),
+            "",
+            "## A learned rule, held out by fold",
+            "",
+            markdown(pd.concat(curves).rename(columns={"threshold": "bar"})),
+            "",
+            "## Savings at 8% bad stops against the training runs kept",
+            "",
+            markdown(pd.DataFrame(learning)),
+            "",
+        ],
+    )
 
 if __name__ == "__main__":
     main()
