@@ -57,6 +57,7 @@ import pandas as pd
 from common import RESULTS, fit_options, markdown, package_code, provenance, verdict
 from rank_speed import measure as measure_rank_speed
 from rank_speed import synthetic_sweep
+from scipy.stats import binomtest
 
 import bayes_grpo as bg
 from bayes_grpo import measures
@@ -319,8 +320,6 @@ def discordant_pairs(ranks: pd.DataFrame) -> pd.DataFrame:
 
     A tau averaged over 4-5 sweeps hides how few pairs decide it: only where the two orders differ can either be
     better, and a pair whose truths tie to the printed digits still counts for one of them."""
-    from scipy.stats import binomtest
-
     rows = []
     for fraction in ORDER_FRACTIONS:
         rank_right = current_right = 0
@@ -346,7 +345,7 @@ def order_by_seed(sweeps: Sequence[Sweep], seed: int, first: pd.DataFrame) -> pd
     at ``seed``, already made): their mean and SD per share of the plan, the part of a tau difference that is rank's
     own Monte Carlo noise rather than the sweeps'."""
     real = [sweep for sweep in sweeps if not sweep.bundled]
-    tables = [order_agreement(first[~first["sweep"].isin({s.name for s in sweeps if s.bundled})])]
+    tables = [order_agreement(first[first["sweep"].isin({s.name for s in real})])]
     tables += [order_agreement(rank_checks(real, seed + k)) for k in range(1, ORDER_SEEDS)]
     ranked = pd.concat(tables)
     ranked = ranked[ranked["order"] != "current smoothed reward"]

@@ -41,7 +41,7 @@ import pandas as pd
 from common import RESULTS, markdown, write_results_page
 from direct_learners import _design, logistic_regression
 from scipy.special import expit
-from scipy.stats import rankdata
+from scipy.stats import linregress, rankdata
 
 from bayes_grpo.settings import STOP_TOLERANCE
 from bayes_grpo.stopping import MIN_STOP_FRACTION
@@ -85,16 +85,12 @@ MIN_POINTS = 5
 
 
 def slope_t(steps: np.ndarray, values: np.ndarray) -> float:
-    """t statistic of the least-squares slope of ``values`` on ``steps`` (NaN with too few finite points)."""
+    """t statistic of the least-squares slope of ``values`` on ``steps`` (NaN with too few finite points or no residual)."""
     keep = np.isfinite(values)
-    x, y = steps[keep].astype(float), values[keep]
-    if x.size < MIN_POINTS:
+    if keep.sum() < MIN_POINTS or np.ptp(values[keep]) == 0:
         return float("nan")
-    x = x - x.mean()
-    slope = (x @ (y - y.mean())) / (x @ x)
-    residual = y - y.mean() - slope * x
-    se = np.sqrt(residual @ residual / (x.size - 2) / (x @ x))
-    return float(slope / se) if se > 0 else float("nan")
+    fit = linregress(steps[keep].astype(float), values[keep])
+    return float(fit.slope / fit.stderr) if fit.stderr > 0 else float("nan")
 
 
 def half_change(values: np.ndarray) -> float:
